@@ -1,0 +1,142 @@
+// hfa: exact attention (FlashAttention) for NVIDIA GPUs. The one public header.
+//
+//   O   = softmax(scale * Q K^T + mask) V
+//   LSE = log(sum_j exp(scale * Q K^T + mask))          (natural log, one value per query row)
+//
+// Tensors are described, not owned: a pointer to device memory plus dtype, shape and strides
+// (in elements). Attention tensors use (batch, seqlen, heads, head_dim) order with head_dim
+// contiguous (stride 1); the other strides are free, so slices of a packed QKV buffer work.
+//
+// Example (bf16, contiguous):
+//   hfa::ForwardArgs args;
+//   args.q   = hfa::make_tensor(q_ptr, hfa::DType::kBF16, {batch, seqlen_q, heads_q, head_dim});
+//   args.k   = hfa::make_tensor(k_ptr, hfa::DType::kBF16, {batch, seqlen_k, heads_kv, head_dim});
+//   args.v   = hfa::make_tensor(v_ptr, hfa::DType::kBF16, {batch, seqlen_k, heads_kv, head_dim});
+//   args.out = hfa::make_tensor(o_ptr, hfa::DType::kBF16, {batch, seqlen_q, heads_q, head_dim});
+//   args.causal = true;
+//   hfa::Status st = hfa::forward(args, stream);
+//   if (!st.ok()) fprintf(stderr, "%s\n", st.message.c_str());
+//
+// Every argument is validated before anything is launched; on an error nothing is written.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hfa {
+
+// ---- Status -------------------------------------------------------------------------------------
+
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,  // an argument breaks a rule; the message names the argument and the rule
+  kUnsupported,      // valid arguments, but the chosen kernel (or this GPU) cannot run them
+  kNoDevice,         // no usable CUDA device
+  kOutOfMemory,      // a kernel's workspace does not fit in device memory
+  kCudaError,        // a CUDA call or launch failed
+};
+
+struct Status {
+  StatusCode code = StatusCode::kOk;
+  std::string message;  // empty when ok
+
+  bool ok() const { return code == StatusCode::kOk; }
+  static Status Ok() { return {}; }
+};
+
+const char* to_string(StatusCode code);
+
+// ---- Tensors ------------------------------------------------------------------------------------
+
+enum class DType {
+  kBF16,
+  kFP16,
+  kFP32,  // LSE; not accepted for Q/K/V/O
+};
+
+const char* to_string(DType dtype);
+int size_of(DType dtype);  // bytes per element
+
+inline constexpr int kMaxRank = 4;
+
+// A non-owning view of device memory. shape and stride are in elements; entries past `rank`
+// are ignored. A tensor with zero elements may have a null data pointer.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::kBF16;
+  int rank = 0;
+  std::array<int64_t, kMaxRank> shape{};
+  std::array<int64_t, kMaxRank> stride{};
+
+  int64_t numel() const;
+};
+
+// Packed (row-major, last dimension contiguous) view.
+TensorView make_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape);
+// View with explicit strides (elements), e.g. a slice of a packed QKV buffer.
+TensorView make_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                       std::initializer_list<int64_t> stride);
+
+// ---- Forward ------------------------------------------------------------------------------------
+
+// Arguments of the forward pass. Fields will only ever be added (with defaults that keep today's
+// behaviour), so code that sets fields by name keeps compiling and meaning the same thing.
+struct ForwardArgs {
+  // (batch, seqlen_q, heads_q, head_dim), dtype bf16 or fp16. Read only.
+  TensorView q;
+  // (batch, seqlen_k, heads_kv, head_dim), same dtype as q. heads_q must be a multiple of
+  // heads_kv: heads_kv == heads_q is MHA, 1 < heads_kv < heads_q is GQA, heads_kv == 1 is MQA.
+  // Query head h reads KV head h / (heads_q / heads_kv).
+  TensorView k;
+  TensorView v;
+  // (batch, seqlen_q, heads_q, head_dim), same dtype as q. Written.
+  TensorView out;
+  // Optional: fp32 (batch, heads_q, seqlen_q), natural-log sum of exponentials of each query row
+  // (what a backward pass needs). Leave data == nullptr to skip it. A row that sees no key gets
+  // -inf (and its output row is 0).
+  TensorView lse;
+
+  // Multiplies Q K^T before the softmax. Default: 1 / sqrt(head_dim).
+  std::optional<float> softmax_scale;
+
+  // Causal mask. With seqlen_q != seqlen_k it is aligned to the bottom-right corner (as in
+  // FlashAttention 2.1+): query i sees key j iff j <= i + (seqlen_k - seqlen_q). Query rows that
+  // see no key at all (possible when seqlen_q > seqlen_k) produce O = 0 and LSE = -inf.
+  bool causal = false;
+
+  // Which kernel runs: a name from list_kernels() ("k1", "k2", ...), or "auto" for the fastest
+  // kernel that supports these arguments on this GPU. Naming a kernel that cannot run these
+  // arguments is an error, never a silent fallback.
+  std::string kernel = "auto";
+
+  // Reserved for later versions (not accepted yet): variable-length batches (cu_seqlens), paged
+  // KV, fp8 descale factors, sliding window, softcap, decode splits. They will be new fields here.
+};
+
+// Runs attention forward on `stream`. Asynchronous like a kernel launch: returns after the launch.
+// Sizes of zero (batch == 0 or seqlen_q == 0) are valid and launch nothing. seqlen_k == 0 with
+// seqlen_q > 0 is valid: every row sees no key, so O = 0 and LSE = -inf.
+Status forward(const ForwardArgs& args, cudaStream_t stream = nullptr);
+
+// ---- Kernels ------------------------------------------------------------------------------------
+
+struct KernelInfo {
+  std::string name;         // what ForwardArgs::kernel accepts
+  std::string description;  // one line: what the kernel is
+  std::string supports;     // one line: dtypes, head dims, features, architectures
+};
+
+// Every kernel this build contains, in the order of the ladder.
+std::vector<KernelInfo> list_kernels();
+
+// The kernel "auto" would run for these arguments on the current device, or an error saying why
+// none can (the same validation as forward, without launching anything).
+Status select_kernel(const ForwardArgs& args, std::string* kernel_name);
+
+}  // namespace hfa

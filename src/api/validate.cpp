@@ -1,0 +1,190 @@
+#include "api/validate.h"
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+
+#include "common/status_util.h"
+
+namespace hfa {
+namespace {
+
+constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
+
+std::string shape_string(const TensorView& t) {
+  std::string s = "(";
+  for (int i = 0; i < t.rank; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return s + ")";
+}
+
+// Rules every tensor argument follows: its rank, sane sizes and strides, a pointer when non-empty.
+Status check_tensor(const TensorView& t, const char* name, int rank, const char* dims) {
+  if (t.rank != rank)
+    return make_error(kInvalid, "%s: expected rank %d %s, got rank %d", name, rank, dims, t.rank);
+  for (int i = 0; i < rank; ++i) {
+    if (t.shape[i] < 0 || t.shape[i] > INT_MAX)
+      return make_error(kInvalid, "%s: dimension %d has size %lld; sizes must be in [0, 2^31)",
+                        name, i, static_cast<long long>(t.shape[i]));
+    if (t.stride[i] < 0)
+      return make_error(kInvalid, "%s: dimension %d has stride %lld; strides must be non-negative",
+                        name, i, static_cast<long long>(t.stride[i]));
+  }
+  if (t.data == nullptr && t.numel() > 0)
+    return make_error(kInvalid, "%s: data pointer is null but the tensor has %lld elements", name,
+                      static_cast<long long>(t.numel()));
+  return Status::Ok();
+}
+
+Status check_attention_tensor(const TensorView& t, const char* name, DType dtype) {
+  HFA_RETURN_IF_ERROR(check_tensor(t, name, 4, "(batch, seqlen, heads, head_dim)"));
+  if (t.dtype != dtype)
+    return make_error(kInvalid, "%s: dtype %s does not match q's dtype %s", name,
+                      to_string(t.dtype), to_string(dtype));
+  if (t.stride[3] != 1)
+    return make_error(kInvalid, "%s: head_dim stride is %lld; head_dim must be contiguous (stride 1)",
+                      name, static_cast<long long>(t.stride[3]));
+  return Status::Ok();
+}
+
+Status check_same_dim(const TensorView& a, const char* a_name, int a_dim, const TensorView& b,
+                      const char* b_name, int b_dim, const char* what) {
+  if (a.shape[a_dim] == b.shape[b_dim]) return Status::Ok();
+  return make_error(kInvalid, "%s: %s is %lld but %s's is %lld (shape %s vs %s)", a_name, what,
+                    static_cast<long long>(a.shape[a_dim]), b_name,
+                    static_cast<long long>(b.shape[b_dim]), shape_string(a).c_str(),
+                    shape_string(b).c_str());
+}
+
+}  // namespace
+
+bool is_empty(const FwdProblem& p) { return p.batch == 0 || p.seqlen_q == 0; }
+
+Status normalize_forward(const ForwardArgs& args, FwdProblem* p) {
+  const TensorView &q = args.q, &k = args.k, &v = args.v, &o = args.out;
+  if (q.dtype != DType::kBF16 && q.dtype != DType::kFP16)
+    return make_error(kInvalid, "q: dtype %s is not supported; use bf16 or fp16", to_string(q.dtype));
+  HFA_RETURN_IF_ERROR(check_attention_tensor(q, "q", q.dtype));
+  HFA_RETURN_IF_ERROR(check_attention_tensor(k, "k", q.dtype));
+  HFA_RETURN_IF_ERROR(check_attention_tensor(v, "v", q.dtype));
+  HFA_RETURN_IF_ERROR(check_attention_tensor(o, "out", q.dtype));
+
+  HFA_RETURN_IF_ERROR(check_same_dim(k, "k", 0, q, "q", 0, "batch"));
+  HFA_RETURN_IF_ERROR(check_same_dim(k, "k", 3, q, "q", 3, "head_dim"));
+  for (int d = 0; d < 4; ++d)
+    HFA_RETURN_IF_ERROR(check_same_dim(v, "v", d, k, "k", d, "shape"));
+  for (int d = 0; d < 4; ++d)
+    HFA_RETURN_IF_ERROR(check_same_dim(o, "out", d, q, "q", d, "shape"));
+
+  const int64_t heads_q = q.shape[2], heads_kv = k.shape[2], head_dim = q.shape[3];
+  if (heads_q < 1) return make_error(kInvalid, "q: heads_q is %lld; must be at least 1", (long long)heads_q);
+  if (heads_kv < 1) return make_error(kInvalid, "k: heads_kv is %lld; must be at least 1", (long long)heads_kv);
+  if (head_dim < 1) return make_error(kInvalid, "q: head_dim is %lld; must be at least 1", (long long)head_dim);
+  if (heads_q % heads_kv != 0)
+    return make_error(kInvalid, "k: heads_q (%lld) must be a multiple of heads_kv (%lld) for GQA/MQA",
+                      (long long)heads_q, (long long)heads_kv);
+
+  if (args.lse.data != nullptr) {
+    const TensorView& lse = args.lse;
+    HFA_RETURN_IF_ERROR(check_tensor(lse, "lse", 3, "(batch, heads_q, seqlen_q)"));
+    if (lse.dtype != DType::kFP32)
+      return make_error(kInvalid, "lse: dtype %s; lse must be fp32", to_string(lse.dtype));
+    if (lse.shape[0] != q.shape[0] || lse.shape[1] != heads_q || lse.shape[2] != q.shape[1])
+      return make_error(kInvalid, "lse: shape %s; expected (batch, heads_q, seqlen_q) = (%lld, %lld, %lld)",
+                        shape_string(lse).c_str(), (long long)q.shape[0], (long long)heads_q,
+                        (long long)q.shape[1]);
+  }
+
+  float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  if (args.softmax_scale.has_value()) {
+    scale = *args.softmax_scale;
+    if (!std::isfinite(scale))
+      return make_error(kInvalid, "softmax_scale: %g is not finite", static_cast<double>(scale));
+  }
+
+  FwdProblem r;
+  r.q = q.data; r.k = k.data; r.v = v.data; r.o = o.data;
+  r.lse = static_cast<float*>(args.lse.data);
+  r.dtype = q.dtype;
+  r.batch = static_cast<int>(q.shape[0]);
+  r.seqlen_q = static_cast<int>(q.shape[1]);
+  r.seqlen_k = static_cast<int>(k.shape[1]);
+  r.heads_q = static_cast<int>(heads_q);
+  r.heads_kv = static_cast<int>(heads_kv);
+  r.head_dim = static_cast<int>(head_dim);
+  r.q_batch_stride = q.stride[0]; r.q_row_stride = q.stride[1]; r.q_head_stride = q.stride[2];
+  r.k_batch_stride = k.stride[0]; r.k_row_stride = k.stride[1]; r.k_head_stride = k.stride[2];
+  r.v_batch_stride = v.stride[0]; r.v_row_stride = v.stride[1]; r.v_head_stride = v.stride[2];
+  r.o_batch_stride = o.stride[0]; r.o_row_stride = o.stride[1]; r.o_head_stride = o.stride[2];
+  if (r.lse) {
+    r.lse_batch_stride = args.lse.stride[0];
+    r.lse_head_stride = args.lse.stride[1];
+    r.lse_row_stride = args.lse.stride[2];
+  }
+  r.softmax_scale = scale;
+  r.causal = args.causal;
+  *p = r;
+  return Status::Ok();
+}
+
+Status select_kernel_for(const std::string& name, const FwdProblem& problem,
+                         const DeviceInfo& device, const KernelEntry** kernel) {
+  if (name == "auto") {
+    const KernelEntry* best = nullptr;
+    std::string reasons;
+    for (const KernelEntry& e : registry()) {
+      if (e.auto_priority <= 0) continue;
+      Status st = e.check(problem, device);
+      if (!st.ok()) {
+        reasons += "\n  " + st.message;
+        continue;
+      }
+      if (!best || e.auto_priority > best->auto_priority) best = &e;
+    }
+    if (!best)
+      return make_error(StatusCode::kUnsupported,
+                        "kernel: \"auto\" found no kernel for these arguments:%s", reasons.c_str());
+    *kernel = best;
+    return Status::Ok();
+  }
+  const KernelEntry* e = find_kernel(name);
+  if (!e) {
+    std::string names;
+    for (const KernelEntry& k : registry()) names += k.name + ", ";
+    return make_error(kInvalid, "kernel: unknown kernel \"%s\"; available: %sauto", name.c_str(),
+                      names.c_str());
+  }
+  HFA_RETURN_IF_ERROR(e->check(problem, device));
+  *kernel = e;
+  return Status::Ok();
+}
+
+Status query_device(DeviceInfo* info) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) {
+    int count = 0;
+    err = cudaGetDeviceCount(&count);
+    if (err == cudaSuccess && count == 0) err = cudaErrorNoDevice;
+  }
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // do not leave the error sticky for the caller
+    return make_error(StatusCode::kNoDevice, "no usable CUDA device: %s", cudaGetErrorString(err));
+  }
+  DeviceInfo d;
+  d.device = device;
+  int smem_optin = 0;
+  size_t free_bytes = 0, total_bytes = 0;
+  if ((err = cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, device)) ||
+      (err = cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, device)) ||
+      (err = cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device)) ||
+      (err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) ||
+      (err = cudaMemGetInfo(&free_bytes, &total_bytes)))
+    return cuda_status(err, "querying the current device");
+  d.max_smem_per_block_optin = smem_optin;
+  d.free_memory = static_cast<int64_t>(free_bytes);
+  *info = d;
+  return Status::Ok();
+}
+
+}  // namespace hfa

@@ -1,0 +1,24 @@
+// Argument validation and kernel selection. Everything here runs on the host before any launch;
+// none of it touches the GPU, so CPU tests exercise every rule with a hand-made DeviceInfo.
+#pragma once
+
+#include "registry.h"
+
+namespace hfa {
+
+// Checks the rules that hold for every kernel (ranks, shapes, dtypes, strides, pointers, scale)
+// and fills `problem`. The message of an error names the argument and the rule it broke.
+Status normalize_forward(const ForwardArgs& args, FwdProblem* problem);
+
+// True when the problem has no output elements (batch == 0 or seqlen_q == 0): nothing to launch.
+bool is_empty(const FwdProblem& problem);
+
+// The kernel named by args.kernel, or "auto"'s choice, after that kernel's own check() against
+// `device`. Errors name the kernel and the rule.
+Status select_kernel_for(const std::string& kernel_name, const FwdProblem& problem,
+                         const DeviceInfo& device, const KernelEntry** kernel);
+
+// The current CUDA device, or kNoDevice.
+Status query_device(DeviceInfo* device);
+
+}  // namespace hfa

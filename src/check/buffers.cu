@@ -1,0 +1,204 @@
+// Device buffers for checks and benchmarks: layouts, random fill, poisoning, timing.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "check/check.h"
+#include "common/status_util.h"
+
+namespace hfa::check {
+
+const char* to_string(Layout layout) {
+  switch (layout) {
+    case Layout::kPacked: return "packed";
+    case Layout::kPadded: return "padded";
+    case Layout::kHeadsMajor: return "heads-major";
+  }
+  return "?";
+}
+
+std::string Config::describe() const {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "kernel=%s dtype=%s b=%d sq=%d sk=%d hq=%d hkv=%d d=%d causal=%d layout=%s",
+                kernel.c_str(), hfa::to_string(dtype), batch, seqlen_q, seqlen_k, heads_q, heads_kv,
+                head_dim, causal ? 1 : 0, to_string(layout));
+  return buf;
+}
+
+double forward_flops(const Config& c) {
+  const double f = 4.0 * c.batch * c.heads_q * static_cast<double>(c.seqlen_q) * c.seqlen_k * c.head_dim;
+  return c.causal ? f * 0.5 : f;
+}
+
+namespace {
+
+// splitmix64: a counter-based hash, so every element's value depends only on (seed, index).
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+template <typename T>
+__global__ void fill_normal_kernel(T* data, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t r = mix64(seed ^ mix64(static_cast<uint64_t>(i)));
+    const float u1 = (static_cast<float>(r >> 40) + 1.0f) * (1.0f / 16777217.0f);  // (0, 1]
+    const float u2 = static_cast<float>((r >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f);
+    const float z = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);  // Box-Muller: N(0, 1)
+    if constexpr (std::is_same_v<T, __half>) data[i] = __float2half_rn(z);
+    else data[i] = __float2bfloat16_rn(z);
+  }
+}
+
+// Strides (elements) of a (batch, seqlen, heads, head_dim) tensor in `layout`.
+std::array<int64_t, 4> attention_strides(Layout layout, int64_t s, int64_t h, int64_t d) {
+  switch (layout) {
+    case Layout::kPacked: return {s * h * d, h * d, d, 1};
+    case Layout::kPadded: {
+      const int64_t head = d + 8, row = h * head + 16, batch = s * row + 64;  // 16-byte multiples
+      return {batch, row, head, 1};
+    }
+    case Layout::kHeadsMajor: return {h * s * d, d, s * d, 1};
+  }
+  return {0, 0, 0, 1};
+}
+
+int64_t span_elems(const TensorView& t) {  // elements from the first to one past the last
+  int64_t last = 0;
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] == 0) return 0;
+    last += (t.shape[i] - 1) * t.stride[i];
+  }
+  return last + 1;
+}
+
+Status alloc(DeviceBuffers::Tensor* t, TensorView view) {
+  t->alloc_elems = span_elems(view);
+  const size_t bytes = std::max<int64_t>(t->alloc_elems, 1) * size_of(view.dtype);
+  HFA_RETURN_IF_ERROR(cuda_status(cudaMalloc(&t->data, bytes), "allocating a test tensor"));
+  view.data = t->data;
+  t->view = view;
+  return Status::Ok();
+}
+
+}  // namespace
+
+DeviceBuffers::~DeviceBuffers() {
+  for (Tensor* t : {&q, &k, &v, &o, &lse})
+    if (t->data) cudaFree(t->data);
+}
+
+Status DeviceBuffers::allocate(const Config& c) {
+  config = c;
+  auto attention = [&](int64_t s, int64_t h) {
+    TensorView t = make_tensor(nullptr, c.dtype, {c.batch, s, h, c.head_dim});
+    t.stride = attention_strides(c.layout, s, h, c.head_dim);
+    return t;
+  };
+  HFA_RETURN_IF_ERROR(alloc(&q, attention(c.seqlen_q, c.heads_q)));
+  HFA_RETURN_IF_ERROR(alloc(&k, attention(c.seqlen_k, c.heads_kv)));
+  HFA_RETURN_IF_ERROR(alloc(&v, attention(c.seqlen_k, c.heads_kv)));
+  HFA_RETURN_IF_ERROR(alloc(&o, attention(c.seqlen_q, c.heads_q)));
+  if (c.with_lse) {
+    TensorView l = make_tensor(nullptr, DType::kFP32, {c.batch, c.heads_q, c.seqlen_q});
+    if (c.layout == Layout::kPadded) l.stride = {c.heads_q * (c.seqlen_q + 4LL) + 8, c.seqlen_q + 4LL, 1};
+    HFA_RETURN_IF_ERROR(alloc(&lse, l));
+  }
+  return Status::Ok();
+}
+
+Status DeviceBuffers::fill_random(uint64_t seed) {
+  uint64_t salt = 0;
+  for (Tensor* t : {&q, &k, &v}) {
+    ++salt;
+    if (t->alloc_elems == 0) continue;
+    const int blocks = static_cast<int>(std::min<int64_t>((t->alloc_elems + 255) / 256, 4096));
+    const uint64_t s = seed * 0x100000001B3ull + salt;
+    if (config.dtype == DType::kFP16)
+      fill_normal_kernel<<<blocks, 256>>>(static_cast<__half*>(t->data), t->alloc_elems, s);
+    else
+      fill_normal_kernel<<<blocks, 256>>>(static_cast<__nv_bfloat16*>(t->data), t->alloc_elems, s);
+    HFA_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "launching the random fill"));
+  }
+  return cuda_status(cudaDeviceSynchronize(), "random fill");
+}
+
+Status DeviceBuffers::poison_outputs() {
+  for (Tensor* t : {&o, &lse})
+    if (t->data)
+      HFA_RETURN_IF_ERROR(cuda_status(
+          cudaMemset(t->data, 0xFF, std::max<int64_t>(t->alloc_elems, 1) * size_of(t->view.dtype)),
+          "poisoning outputs"));
+  return cuda_status(cudaDeviceSynchronize(), "poisoning outputs");
+}
+
+ForwardArgs DeviceBuffers::forward_args() const {
+  ForwardArgs a;
+  a.q = q.view;
+  a.k = k.view;
+  a.v = v.view;
+  a.out = o.view;
+  if (lse.data) a.lse = lse.view;
+  a.causal = config.causal;
+  a.softmax_scale = config.softmax_scale;
+  a.kernel = config.kernel;
+  return a;
+}
+
+Status run_check(const Config& c, uint64_t seed, int64_t max_rows, CheckResult* result) {
+  DeviceBuffers buffers;
+  Status st = buffers.allocate(c);
+  if (!st.ok()) {
+    result->pass = false;
+    result->message = st.message;
+    return st;
+  }
+  return run_check(buffers, seed, max_rows, result);
+}
+
+Status time_forward(DeviceBuffers& buffers, int warmup, int iters, double* median_ms) {
+  int device = 0, l2_bytes = 0;
+  HFA_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "cudaGetDevice"));
+  HFA_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device),
+                                  "reading the L2 size"));
+  const size_t flush_bytes = 2 * static_cast<size_t>(l2_bytes);
+  void* flush = nullptr;
+  HFA_RETURN_IF_ERROR(cuda_status(cudaMalloc(&flush, flush_bytes), "allocating the L2 flush buffer"));
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  const ForwardArgs args = buffers.forward_args();
+  std::vector<float> times;
+  Status st;
+  for (int it = 0; it < warmup + iters && st.ok(); ++it) {
+    cudaMemsetAsync(flush, it & 0xFF, flush_bytes);  // evict Q/K/V from L2: time cold inputs
+    cudaEventRecord(start);
+    st = forward(args);
+    cudaEventRecord(stop);
+    if (st.ok()) st = cuda_status(cudaEventSynchronize(stop), "timed launch");
+    float ms = 0;
+    if (st.ok() && it >= warmup) {
+      cudaEventElapsedTime(&ms, start, stop);
+      times.push_back(ms);
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(flush);
+  HFA_RETURN_IF_ERROR(st);
+  if (times.empty()) return make_error(StatusCode::kInvalidArgument, "iters: must be at least 1");
+  std::sort(times.begin(), times.end());
+  const size_t n = times.size();
+  *median_ms = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  return Status::Ok();
+}
+
+}  // namespace hfa::check

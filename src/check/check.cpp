@@ -1,0 +1,220 @@
+// Checking a kernel's output against the fp64 reference by the DESIGN.md rule.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "check/check.h"
+#include "common/status_util.h"
+#include "reference/reference.h"
+
+namespace hfa::check {
+namespace {
+
+// Absolute slack on top of 2x the baseline's error: about one rounding step of the output dtype
+// at magnitude 0.5, so a kernel that is exact but for its final rounding always passes.
+double output_atol(DType dtype) { return dtype == DType::kFP16 ? 1.0 / 4096 : 1.0 / 512; }
+constexpr double kLseAtol = 1e-4;  // LSE is fp32 in every kernel
+
+double element_to_double(DType dtype, const uint16_t bits) {
+  if (dtype == DType::kFP16) {
+    __half h;
+    std::memcpy(&h, &bits, 2);
+    return __half2float(h);
+  }
+  __nv_bfloat16 b;
+  std::memcpy(&b, &bits, 2);
+  return __bfloat162float(b);
+}
+
+template <typename E>
+Status copy_to_host(const DeviceBuffers::Tensor& t, std::vector<E>* host) {
+  host->resize(t.alloc_elems);
+  if (t.alloc_elems == 0) return Status::Ok();
+  return cuda_status(cudaMemcpy(host->data(), t.data, t.alloc_elems * sizeof(E), cudaMemcpyDeviceToHost),
+                     "copying a tensor to the host");
+}
+
+int64_t offset4(const TensorView& t, int64_t a, int64_t b, int64_t c, int64_t d) {
+  return a * t.stride[0] + b * t.stride[1] + c * t.stride[2] + d * t.stride[3];
+}
+
+// Device tensor (any strides) -> contiguous doubles in (batch, seqlen, heads, head_dim) order.
+std::vector<double> to_contiguous(const TensorView& t, const std::vector<uint16_t>& raw) {
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  size_t n = 0;
+  for (int64_t a = 0; a < t.shape[0]; ++a)
+    for (int64_t b = 0; b < t.shape[1]; ++b)
+      for (int64_t c = 0; c < t.shape[2]; ++c)
+        for (int64_t d = 0; d < t.shape[3]; ++d)
+          out[n++] = element_to_double(t.dtype, raw[offset4(t, a, b, c, d)]);
+  return out;
+}
+
+struct RowError {  // per-thread accumulators
+  double max_abs = 0, base_max_abs = 0, sq_err = 0, sq_ref = 0, lse_abs = 0, lse_base_abs = 0;
+  int64_t masked_errors = 0;
+};
+
+}  // namespace
+
+std::string CheckResult::summary() const {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "max_abs %.3e rel_rms %.3e (tol %.3e = 2 x baseline %.3e + atol) lse_err %.2e "
+                "(tol %.2e) rows %lld/%lld %s",
+                max_abs_err, rel_rms, tolerance, baseline_max_abs_err, lse_max_abs_err,
+                lse_tolerance, static_cast<long long>(rows_checked),
+                static_cast<long long>(rows_total), pass ? "PASS" : "FAIL");
+  return buf;
+}
+
+Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResult* result) {
+  const Config& c = buf.config;
+  *result = CheckResult{};
+  auto fail = [&](const Status& st) {
+    result->pass = false;
+    result->message = st.message;
+    return st;
+  };
+  Status st = buf.fill_random(seed);
+  if (st.ok()) st = buf.poison_outputs();
+  if (!st.ok()) return fail(st);
+  st = forward(buf.forward_args());
+  if (st.ok()) st = cuda_status(cudaDeviceSynchronize(), "running the kernel");
+  if (!st.ok()) return fail(st);
+
+  std::vector<uint16_t> hq, hk, hv, ho;
+  std::vector<float> hlse;
+  for (auto [t, h] : {std::pair{&buf.q, &hq}, {&buf.k, &hk}, {&buf.v, &hv}, {&buf.o, &ho}})
+    if (!(st = copy_to_host(*t, h)).ok()) return fail(st);
+  if (buf.lse.data && !(st = copy_to_host(buf.lse, &hlse)).ok()) return fail(st);
+
+  // Every output element written, nothing outside them: scan the whole allocation.
+  const TensorView& ov = buf.o.view;
+  std::vector<char> is_element(buf.o.alloc_elems, 0);
+  for (int64_t a = 0; a < ov.shape[0]; ++a)
+    for (int64_t b = 0; b < ov.shape[1]; ++b)
+      for (int64_t h = 0; h < ov.shape[2]; ++h)
+        for (int64_t d = 0; d < ov.shape[3]; ++d) is_element[offset4(ov, a, b, h, d)] = 1;
+  for (int64_t i = 0; i < buf.o.alloc_elems; ++i) {
+    if (is_element[i] && std::isnan(element_to_double(c.dtype, ho[i]))) ++result->unwritten;
+    if (!is_element[i] && ho[i] != 0xFFFF) ++result->padding_clobbered;
+  }
+  if (buf.lse.data) {
+    const TensorView& lv = buf.lse.view;
+    std::vector<char> lse_element(buf.lse.alloc_elems, 0);
+    for (int64_t a = 0; a < lv.shape[0]; ++a)
+      for (int64_t h = 0; h < lv.shape[1]; ++h)
+        for (int64_t i = 0; i < lv.shape[2]; ++i)
+          lse_element[a * lv.stride[0] + h * lv.stride[1] + i * lv.stride[2]] = 1;
+    for (int64_t i = 0; i < buf.lse.alloc_elems; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &hlse[i], 4);
+      if (lse_element[i] && std::isnan(hlse[i])) ++result->unwritten;
+      if (!lse_element[i] && bits != 0xFFFFFFFFu) ++result->padding_clobbered;
+    }
+  }
+
+  // Rows to compare with the reference: all, or a random subset.
+  reference::Shape shape;
+  shape.batch = c.batch; shape.seqlen_q = c.seqlen_q; shape.seqlen_k = c.seqlen_k;
+  shape.heads_q = c.heads_q; shape.heads_kv = c.heads_kv; shape.head_dim = c.head_dim;
+  // The fp32 scale the kernels get (the same expression as the API's default).
+  shape.scale = c.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(c.head_dim)));
+  shape.causal = c.causal;
+  const int64_t total = static_cast<int64_t>(c.batch) * c.heads_q * c.seqlen_q;
+  std::vector<int64_t> rows(total);
+  std::iota(rows.begin(), rows.end(), 0);
+  if (max_rows > 0 && total > max_rows) {
+    std::mt19937_64 rng(seed);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    rows.resize(max_rows);
+  }
+  result->rows_total = total;
+  result->rows_checked = static_cast<int64_t>(rows.size());
+
+  const std::vector<double> q = to_contiguous(buf.q.view, hq);
+  const std::vector<double> k = to_contiguous(buf.k.view, hk);
+  const std::vector<double> v = to_contiguous(buf.v.view, hv);
+  const auto prec = c.dtype == DType::kFP16 ? reference::Precision::kFP16 : reference::Precision::kBF16;
+
+  const int n_threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 32u));
+  std::vector<RowError> errs(n_threads);
+  std::atomic<size_t> next{0};
+  auto worker = [&](int t) {
+    RowError& e = errs[t];
+    std::vector<double> ref(c.head_dim), base(c.head_dim);
+    for (size_t r; (r = next.fetch_add(1)) < rows.size();) {
+      const int64_t row = rows[r];
+      const int i = static_cast<int>(row % c.seqlen_q);
+      const int h = static_cast<int>((row / c.seqlen_q) % c.heads_q);
+      const int b = static_cast<int>(row / (static_cast<int64_t>(c.seqlen_q) * c.heads_q));
+      double ref_lse, base_lse;
+      reference::forward_row(shape, q.data(), k.data(), v.data(), b, h, i, ref.data(), &ref_lse);
+      reference::forward_row_lowp(shape, prec, q.data(), k.data(), v.data(), b, h, i, base.data(), &base_lse);
+      bool masked_ok = true;
+      for (int d = 0; d < c.head_dim; ++d) {
+        const double out = element_to_double(c.dtype, ho[offset4(ov, b, i, h, d)]);
+        const double err = std::fabs(out - ref[d]);
+        e.max_abs = std::isnan(err) ? INFINITY : std::max(e.max_abs, err);
+        e.base_max_abs = std::max(e.base_max_abs, std::fabs(base[d] - ref[d]));
+        e.sq_err += err * err;
+        e.sq_ref += ref[d] * ref[d];
+        if (std::isinf(ref_lse) && out != 0.0) masked_ok = false;
+      }
+      if (buf.lse.data) {
+        const TensorView& lv = buf.lse.view;
+        const double got = hlse[b * lv.stride[0] + h * lv.stride[1] + i * lv.stride[2]];
+        if (std::isinf(ref_lse)) {
+          masked_ok = masked_ok && std::isinf(got) && got < 0;
+        } else {
+          const double err = std::fabs(got - ref_lse);
+          e.lse_abs = std::isnan(err) ? INFINITY : std::max(e.lse_abs, err);
+          e.lse_base_abs = std::max(e.lse_base_abs, std::fabs(base_lse - ref_lse));
+        }
+      }
+      if (!masked_ok) ++e.masked_errors;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < n_threads; ++t) pool.emplace_back(worker, t);
+  for (auto& th : pool) th.join();
+
+  double sq_err = 0, sq_ref = 0;
+  for (const RowError& e : errs) {
+    result->max_abs_err = std::max(result->max_abs_err, e.max_abs);
+    result->baseline_max_abs_err = std::max(result->baseline_max_abs_err, e.base_max_abs);
+    result->lse_max_abs_err = std::max(result->lse_max_abs_err, e.lse_abs);
+    result->lse_tolerance = std::max(result->lse_tolerance, e.lse_base_abs);
+    result->masked_row_errors += e.masked_errors;
+    sq_err += e.sq_err;
+    sq_ref += e.sq_ref;
+  }
+  result->rel_rms = sq_ref > 0 ? std::sqrt(sq_err / sq_ref) : std::sqrt(sq_err);
+  result->tolerance = 2 * result->baseline_max_abs_err + output_atol(c.dtype);
+  result->lse_tolerance = 2 * result->lse_tolerance + kLseAtol;
+
+  std::string why;
+  if (result->unwritten) why += std::to_string(result->unwritten) + " output elements unwritten or NaN; ";
+  if (result->padding_clobbered)
+    why += std::to_string(result->padding_clobbered) + " elements written outside the outputs; ";
+  if (result->masked_row_errors)
+    why += std::to_string(result->masked_row_errors) + " rows with no visible key not O=0/LSE=-inf; ";
+  if (!(result->max_abs_err <= result->tolerance)) why += "O error over tolerance; ";
+  if (!(result->lse_max_abs_err <= result->lse_tolerance)) why += "LSE error over tolerance; ";
+  result->pass = why.empty();
+  result->message = result->pass ? result->summary() : why + result->summary();
+  return Status::Ok();
+}
+
+}  // namespace hfa::check

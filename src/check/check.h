@@ -1,0 +1,93 @@
+// Running a kernel on fresh random inputs, checking it against the fp64 reference, and timing it.
+// Shared by hfa-bench and the GPU tests, so both apply exactly the same rule.
+//
+// The rule (FlashAttention-3's tests, DESIGN.md): with ref the fp64 reference and base the same
+// attention computed straightforwardly in the inputs' precision (reference::forward_row_lowp),
+//   max|out - ref| <= 2 * max|base - ref| + atol(dtype)     (and the same for LSE)
+// over the checked rows; plus every output element written (outputs are poisoned with NaN before
+// the launch), nothing written outside the output's elements (padding stays poisoned), and rows
+// that see no key exactly O = 0, LSE = -inf.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hfa/hfa.h"
+
+namespace hfa::check {
+
+// How Q/K/V/O are laid out in memory. All keep head_dim contiguous.
+enum class Layout {
+  kPacked,   // (batch, seqlen, heads, head_dim) contiguous
+  kPadded,   // same order, with gaps after each head, row and batch (non-packed strides)
+  kHeadsMajor,  // memory order (batch, heads, seqlen, head_dim): seqlen stride = head_dim
+};
+const char* to_string(Layout layout);
+
+struct Config {
+  std::string kernel = "auto";
+  DType dtype = DType::kBF16;
+  int batch = 1, seqlen_q = 128, seqlen_k = 128, heads_q = 1, heads_kv = 1, head_dim = 64;
+  bool causal = false;
+  std::optional<float> softmax_scale;  // default 1/sqrt(head_dim)
+  Layout layout = Layout::kPacked;
+  bool with_lse = true;
+
+  std::string describe() const;  // one line, for messages
+};
+
+// 4 * batch * heads_q * seqlen_q * seqlen_k * head_dim, halved when causal (DESIGN.md).
+double forward_flops(const Config& c);
+
+// Device buffers for one configuration: Q, K, V filled with N(0, 1) values, O and LSE poisoned.
+class DeviceBuffers {
+ public:
+  DeviceBuffers() = default;
+  ~DeviceBuffers();
+  DeviceBuffers(const DeviceBuffers&) = delete;
+  DeviceBuffers& operator=(const DeviceBuffers&) = delete;
+
+  Status allocate(const Config& c);
+  Status fill_random(uint64_t seed);  // Q, K, V
+  Status poison_outputs();            // O and LSE (and their padding) to all-ones bits = NaN
+  ForwardArgs forward_args() const;   // views of the buffers, kernel from the config
+
+  struct Tensor {
+    void* data = nullptr;
+    int64_t alloc_elems = 0;
+    TensorView view;
+  };
+  Tensor q, k, v, o, lse;
+  Config config;
+};
+
+struct CheckResult {
+  bool pass = false;
+  double max_abs_err = 0, rel_rms = 0;     // kernel O vs fp64 reference, over checked rows
+  double baseline_max_abs_err = 0;         // low-precision baseline vs fp64 reference
+  double tolerance = 0;                    // 2 * baseline + atol
+  double lse_max_abs_err = 0, lse_tolerance = 0;
+  int64_t rows_checked = 0, rows_total = 0;
+  int64_t unwritten = 0;          // O/LSE elements still NaN (or NaN produced)
+  int64_t padding_clobbered = 0;  // elements written outside the output tensors' elements
+  int64_t masked_row_errors = 0;  // rows with no visible key that are not exactly O = 0, LSE = -inf
+  std::string message;            // the failure, or a summary
+
+  std::string summary() const;  // "max_abs ... rel_rms ... tol ... PASS|FAIL"
+};
+
+// Runs c.kernel once on `buffers` (fresh random inputs from `seed`, poisoned outputs) and checks
+// it. max_rows > 0 checks a random subset of (batch, head, row) of that size when there are more.
+// Returns the forward() error if the kernel refused to run (the result is then a FAIL).
+Status run_check(DeviceBuffers& buffers, uint64_t seed, int64_t max_rows, CheckResult* result);
+
+// Convenience: allocate, then run_check.
+Status run_check(const Config& c, uint64_t seed, int64_t max_rows, CheckResult* result);
+
+// Median time in ms of `iters` launches after `warmup` launches, with L2 flushed before each
+// timed launch (CUDA events around the launch alone).
+Status time_forward(DeviceBuffers& buffers, int warmup, int iters, double* median_ms);
+
+}  // namespace hfa::check

@@ -1,0 +1,57 @@
+// The validated, normalized form of ForwardArgs that kernels consume. Plain data, passed to
+// kernels by value. Strides are in elements; head_dim is contiguous.
+#pragma once
+
+#include <cstdint>
+
+#include "hfa/hfa.h"
+
+// Helpers callable from both host code and kernels.
+#if defined(__CUDACC__)
+#define HFA_HOST_DEVICE __host__ __device__
+#else
+#define HFA_HOST_DEVICE
+#endif
+
+namespace hfa {
+
+struct FwdProblem {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;  // may be null: not requested
+
+  DType dtype = DType::kBF16;
+  int batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
+
+  // (batch, seqlen, heads) strides of each tensor.
+  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
+  int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
+  int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  // (batch, heads_q, seqlen_q) strides of lse.
+  int64_t lse_batch_stride = 0, lse_head_stride = 0, lse_row_stride = 0;
+
+  float softmax_scale = 1.0f;
+  bool causal = false;
+
+  // Query heads per KV head (GQA group size).
+  HFA_HOST_DEVICE int group_size() const { return heads_q / heads_kv; }
+  // Bottom-right causal alignment: query i sees key j iff j <= i + causal_offset().
+  HFA_HOST_DEVICE int causal_offset() const { return seqlen_k - seqlen_q; }
+};
+
+// What a kernel needs to know about the GPU it would run on. Filled from the current device by
+// the API; tests build one by hand to exercise architecture rules without a GPU.
+struct DeviceInfo {
+  int device = 0;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  int64_t max_smem_per_block_optin = 0;  // bytes
+  int64_t free_memory = 0;               // bytes
+
+  int cc() const { return cc_major * 10 + cc_minor; }
+};
+
+}  // namespace hfa

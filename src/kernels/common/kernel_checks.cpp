@@ -1,0 +1,73 @@
+#include "kernels/common/kernel_checks.h"
+
+#include <cstdint>
+#include <string>
+
+#include "common/status_util.h"
+
+namespace hfa {
+
+Status check_min_arch(const char* kernel, const DeviceInfo& device, int min_cc) {
+  if (device.cc() >= min_cc) return Status::Ok();
+  return make_error(StatusCode::kUnsupported,
+                    "kernel \"%s\": needs a GPU of compute capability %d.%d or newer; device %d is "
+                    "%d.%d", kernel, min_cc / 10, min_cc % 10, device.device, device.cc_major,
+                    device.cc_minor);
+}
+
+Status check_head_dim(const char* kernel, const FwdProblem& p, std::initializer_list<int> dims) {
+  std::string list;
+  for (int d : dims) {
+    if (d == p.head_dim) return Status::Ok();
+    list += (list.empty() ? "" : ", ") + std::to_string(d);
+  }
+  return make_error(StatusCode::kUnsupported,
+                    "head_dim: %d is not supported by kernel \"%s\" (this build has: %s)",
+                    p.head_dim, kernel, list.c_str());
+}
+
+Status check_16B_aligned(const char* kernel, const FwdProblem& p) {
+  const int64_t elem = size_of(p.dtype);
+  struct Operand { const char* name; const void* ptr; int64_t b, s, h; };
+  const Operand ops[] = {
+      {"q", p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride},
+      {"k", p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride},
+      {"v", p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride},
+      {"out", p.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride},
+  };
+  for (const Operand& op : ops) {
+    if (reinterpret_cast<uintptr_t>(op.ptr) % 16 != 0)
+      return make_error(StatusCode::kUnsupported,
+                        "%s: data pointer %p is not 16-byte aligned, which kernel \"%s\" needs "
+                        "(16-byte vector loads)", op.name, op.ptr, kernel);
+    const int64_t strides[3] = {op.b, op.s, op.h};
+    const char* names[3] = {"batch", "seqlen", "heads"};
+    for (int i = 0; i < 3; ++i)
+      if ((strides[i] * elem) % 16 != 0)
+        return make_error(StatusCode::kUnsupported,
+                          "%s: %s stride %lld elements is not a multiple of 16 bytes, which kernel "
+                          "\"%s\" needs (16-byte vector loads)", op.name, names[i],
+                          static_cast<long long>(strides[i]), kernel);
+  }
+  if ((p.head_dim * elem) % 16 != 0)
+    return make_error(StatusCode::kUnsupported, "head_dim: %d is not a multiple of %lld for kernel \"%s\"",
+                      p.head_dim, static_cast<long long>(16 / elem), kernel);
+  return Status::Ok();
+}
+
+Status check_grid_dim(const char* kernel, const char* what, long long blocks) {
+  if (blocks <= 65535) return Status::Ok();
+  return make_error(StatusCode::kUnsupported,
+                    "%s: kernel \"%s\" needs %lld thread blocks along one grid axis; at most 65535",
+                    what, kernel, blocks);
+}
+
+Status check_smem(const char* kernel, const DeviceInfo& device, long long bytes) {
+  if (bytes <= device.max_smem_per_block_optin) return Status::Ok();
+  return make_error(StatusCode::kUnsupported,
+                    "head_dim: kernel \"%s\" needs %lld bytes of shared memory per block at this "
+                    "head_dim; device %d allows %lld", kernel, bytes, device.device,
+                    static_cast<long long>(device.max_smem_per_block_optin));
+}
+
+}  // namespace hfa

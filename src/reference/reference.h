@@ -1,0 +1,51 @@
+// CPU reference attention in double precision: the oracle every kernel is checked against.
+// Tensors are contiguous: Q/O (batch, seqlen_q, heads_q, head_dim), K/V (batch, seqlen_k,
+// heads_kv, head_dim), LSE (batch, heads_q, seqlen_q).
+#pragma once
+
+#include <cstdint>
+
+namespace hfa::reference {
+
+struct Shape {
+  int batch = 1, seqlen_q = 1, seqlen_k = 1, heads_q = 1, heads_kv = 1, head_dim = 1;
+  double scale = 1.0;
+  bool causal = false;  // bottom-right aligned: query i sees key j iff j <= i + seqlen_k - seqlen_q
+
+  bool visible(int i, int j) const { return !causal || j <= i + seqlen_k - seqlen_q; }
+  int kv_head(int h) const { return h / (heads_q / heads_kv); }
+  int64_t q_index(int b, int i, int h) const {
+    return ((static_cast<int64_t>(b) * seqlen_q + i) * heads_q + h) * head_dim;
+  }
+  int64_t kv_index(int b, int j, int hk) const {
+    return ((static_cast<int64_t>(b) * seqlen_k + j) * heads_kv + hk) * head_dim;
+  }
+  int64_t lse_index(int b, int h, int i) const {
+    return (static_cast<int64_t>(b) * heads_q + h) * seqlen_q + i;
+  }
+};
+
+// One query row (b, h, i): o_row[head_dim] and its LSE. A row that sees no key: O = 0, LSE = -inf.
+void forward_row(const Shape& s, const double* q, const double* k, const double* v, int b, int h,
+                 int i, double* o_row, double* lse);
+
+// Every row.
+void forward(const Shape& s, const double* q, const double* k, const double* v, double* o,
+             double* lse);
+
+// Gradients of sum(O * dout) with respect to Q, K, V (FA2 Algorithm 2's equations:
+// P = exp(S - LSE), dV = P^T dO, dP = dO V^T, D = rowsum(dO * O), dS = P * (dP - D),
+// dQ = scale dS K, dK = scale dS^T Q). With GQA, dK/dV sum over the query heads of a KV head.
+void backward(const Shape& s, const double* q, const double* k, const double* v,
+              const double* dout, double* dq, double* dk, double* dv);
+
+// The tolerance baseline: one row of attention computed the straightforward way in low
+// precision, as a framework would with bf16/fp16 tensors: scores accumulated in fp32 and rounded
+// to the dtype, softmax in fp32, P rounded to the dtype, P V accumulated in fp32 and rounded.
+// Its error against forward_row() is what a kernel's error is measured against.
+enum class Precision { kBF16, kFP16 };
+double round_to(Precision p, double x);
+void forward_row_lowp(const Shape& s, Precision p, const double* q, const double* k,
+                      const double* v, int b, int h, int i, double* o_row, double* lse);
+
+}  // namespace hfa::reference

@@ -1,0 +1,23 @@
+#include "registry.h"
+
+namespace hfa {
+
+const std::vector<KernelEntry>& registry() {
+  // Explicit list (no static-initializer self-registration, which static linking can drop).
+  static const std::vector<KernelEntry> entries = {k1_entry(), k2_entry()};
+  return entries;
+}
+
+const KernelEntry* find_kernel(const std::string& name) {
+  for (const KernelEntry& e : registry())
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+std::vector<KernelInfo> list_kernels() {
+  std::vector<KernelInfo> out;
+  for (const KernelEntry& e : registry()) out.push_back({e.name, e.description, e.supports});
+  return out;
+}
+
+}  // namespace hfa

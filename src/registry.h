@@ -1,0 +1,33 @@
+// The kernel registry: name -> {description, supports(problem, device), launch(problem, stream)}.
+// Every ladder kernel contributes one KernelEntry from its own folder; registry.cpp lists them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/problem.h"
+
+namespace hfa {
+
+struct KernelEntry {
+  std::string name;
+  std::string description;  // one line, for --list
+  std::string supports;     // one line, for --list
+  // "auto" runs the supporting kernel with the highest priority; 0 = never chosen by "auto".
+  int auto_priority = 0;
+  // Ok if the kernel can run `problem` on `device`; otherwise kUnsupported with a message that
+  // names the argument and the rule. Must not touch the GPU.
+  Status (*check)(const FwdProblem& problem, const DeviceInfo& device) = nullptr;
+  // Launches on `stream`. Called only after check() passed, with batch, seqlen_q > 0.
+  Status (*launch)(const FwdProblem& problem, const DeviceInfo& device, cudaStream_t stream) = nullptr;
+};
+
+// All kernels of this build, in ladder order.
+const std::vector<KernelEntry>& registry();
+const KernelEntry* find_kernel(const std::string& name);
+
+// Each kernel folder defines its entry.
+KernelEntry k1_entry();
+KernelEntry k2_entry();
+
+}  // namespace hfa

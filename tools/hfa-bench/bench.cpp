@@ -1,0 +1,161 @@
+#include "bench.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+
+#ifndef HFA_GIT_COMMIT
+#define HFA_GIT_COMMIT "unknown"
+#endif
+
+namespace hfa::bench {
+
+std::vector<check::Config> sweep_configs(DType dtype, const std::vector<int>& head_dims) {
+  std::vector<check::Config> out;
+  for (int d : head_dims)
+    for (int causal = 0; causal <= 1; ++causal)
+      for (int s = 512; s <= 16384; s *= 2) {
+        check::Config c;
+        c.dtype = dtype;
+        c.head_dim = d;
+        c.causal = causal;
+        c.seqlen_q = c.seqlen_k = s;
+        c.batch = 16384 / s;
+        c.heads_q = c.heads_kv = 2048 / d;
+        out.push_back(c);
+      }
+  return out;
+}
+
+Row run_config(const check::Config& config, const Options& options, uint64_t seed) {
+  Row row;
+  row.impl = config.kernel;
+  row.config = config;
+  check::DeviceBuffers buffers;
+  Status st = buffers.allocate(config);
+  if (st.ok() && options.check) {
+    check::CheckResult result;
+    st = check::run_check(buffers, seed, options.check_rows, &result);
+    if (st.ok()) {
+      row.check_pass = result.pass;
+      row.max_abs_err = result.max_abs_err;
+      row.rel_rms = result.rel_rms;
+      if (!result.pass) row.error = result.message;
+    }
+  }
+  if (st.ok()) {
+    st = buffers.fill_random(seed + 1);  // time on fresh random data, never zeros
+    if (st.ok()) st = check::time_forward(buffers, options.warmup, options.iters, &row.ms);
+    if (st.ok()) row.tflops = check::forward_flops(config) / (row.ms * 1e-3) / 1e12;
+  }
+  if (!st.ok()) row.error = std::string(to_string(st.code)) + ": " + st.message;
+  cudaGetLastError();
+  return row;
+}
+
+std::string table_header() {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "%-8s %-5s %4s %6s %6s %6s %5s %4s %4s %10s %8s  %-5s %9s %9s",
+                "kernel", "dtype", "d", "causal", "sq", "sk", "batch", "hq", "hkv", "ms", "TFLOPS",
+                "check", "max_abs", "rel_rms");
+  return buf;
+}
+
+std::string format_row(const Row& r) {
+  const check::Config& c = r.config;
+  char buf[512];
+  const char* check = !r.check_pass ? "-" : (*r.check_pass ? "PASS" : "FAIL");
+  if (r.ms > 0)
+    std::snprintf(buf, sizeof(buf), "%-8s %-5s %4d %6d %6d %6d %5d %4d %4d %10.4f %8.2f  %-5s %9.2e %9.2e",
+                  r.impl.c_str(), to_string(c.dtype), c.head_dim, c.causal, c.seqlen_q, c.seqlen_k,
+                  c.batch, c.heads_q, c.heads_kv, r.ms, r.tflops, check, r.max_abs_err, r.rel_rms);
+  else
+    std::snprintf(buf, sizeof(buf), "%-8s %-5s %4d %6d %6d %6d %5d %4d %4d  not run: %s",
+                  r.impl.c_str(), to_string(c.dtype), c.head_dim, c.causal, c.seqlen_q, c.seqlen_k,
+                  c.batch, c.heads_q, c.heads_kv, r.error.c_str());
+  std::string line = buf;
+  if (r.check_pass && !*r.check_pass) line += "\n    " + r.error;
+  return line;
+}
+
+RunInfo collect_run_info(int argc, char** argv) {
+  RunInfo info;
+  cudaDeviceProp prop{};
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+    info.gpu = prop.name;
+  cudaGetLastError();
+  char date[64];
+  std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  info.date = date;
+  const char* commit = std::getenv("HFA_COMMIT");
+  info.commit = commit && *commit ? commit : HFA_GIT_COMMIT;
+  // The environment variables the worklog form uses, then the command line.
+  for (const char* var : {"CHECK", "SEQLEN", "HEADDIM", "CAUSAL", "BATCH", "HEADS", "DTYPE"})
+    if (const char* val = std::getenv(var)) info.command += std::string(var) + "=" + val + " ";
+  for (int i = 0; i < argc; ++i) info.command += (i ? " " : "") + std::string(argv[i]);
+  return info;
+}
+
+namespace {
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    if (static_cast<unsigned char>(ch) < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof(esc), "\\u%04x", ch);
+      out += esc;
+      continue;
+    }
+    out += ch;
+  }
+  return out + "\"";
+}
+}  // namespace
+
+bool write_json(const std::string& path, const RunInfo& info, const std::vector<Row>& rows,
+                std::string* error) {
+  std::ofstream f(path);
+  if (!f) {
+    *error = "cannot open " + path + " for writing";
+    return false;
+  }
+  f << "{\n  \"gpu\": " << json_string(info.gpu) << ",\n  \"date\": " << json_string(info.date)
+    << ",\n  \"commit\": " << json_string(info.commit) << ",\n  \"command\": "
+    << json_string(info.command) << ",\n  \"rows\": [";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    const check::Config& c = r.config;
+    char nums[512];
+    std::snprintf(nums, sizeof(nums),
+                  "\"d\": %d, \"causal\": %s, \"seqlen_q\": %d, \"seqlen_k\": %d, \"batch\": %d, "
+                  "\"heads_q\": %d, \"heads_kv\": %d, ", c.head_dim, c.causal ? "true" : "false",
+                  c.seqlen_q, c.seqlen_k, c.batch, c.heads_q, c.heads_kv);
+    f << (i ? ",\n" : "\n") << "    {\"impl\": " << json_string(r.impl) << ", \"kind\": "
+      << json_string(r.kind) << ", \"dtype\": " << json_string(to_string(c.dtype)) << ", " << nums;
+    if (r.ms > 0) {
+      char t[128];
+      std::snprintf(t, sizeof(t), "\"ms\": %.6f, \"tflops\": %.3f, \"gbps\": null, ", r.ms, r.tflops);
+      f << t;
+    } else {
+      f << "\"ms\": null, \"tflops\": null, \"gbps\": null, ";
+    }
+    f << "\"check\": " << (!r.check_pass ? "null" : (*r.check_pass ? "\"pass\"" : "\"fail\""));
+    if (r.check_pass) {
+      char e[96];
+      std::snprintf(e, sizeof(e), ", \"max_abs_err\": %.3e, \"rel_rms\": %.3e", r.max_abs_err, r.rel_rms);
+      f << e;
+    }
+    if (!r.error.empty()) f << ", \"error\": " << json_string(r.error);
+    f << "}";
+  }
+  f << "\n  ]\n}\n";
+  return static_cast<bool>(f);
+}
+
+}  // namespace hfa::bench

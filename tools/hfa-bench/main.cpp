@@ -1,0 +1,137 @@
+// hfa-bench: run any kernel of the ladder by name, check it against the fp64 reference, report
+// TFLOPS. The worklog's `CHECK=1 SEQLEN=512 HEADDIM=64 CAUSAL=0 python bench.py k4` is
+// `CHECK=1 SEQLEN=512 HEADDIM=64 CAUSAL=0 hfa-bench k4`, or with flags
+// `hfa-bench k4 --seqlen 512 --headdim 64 --check`.
+//
+// Exit status: 0 all ran (and passed, with --check); 1 a check failed; 2 bad usage, no GPU, or a
+// kernel that could not run.
+#include <cuda_runtime.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "hfa/hfa.h"
+
+namespace {
+
+void print_kernel_list() {
+  std::printf("%-8s %s\n", "kernel", "description / supports");
+  for (const hfa::KernelInfo& k : hfa::list_kernels())
+    std::printf("%-8s %s\n%-8s   supports: %s\n", k.name.c_str(), k.description.c_str(), "",
+                k.supports.c_str());
+  std::printf("%-8s %s\n", "auto", "the fastest kernel that supports the arguments (what hfa::forward uses by default)");
+}
+
+bool have_gpu(std::string* why) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    *why = err != cudaSuccess ? cudaGetErrorString(err) : "no devices";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"hfa-bench: run, check and time hfa attention kernels"};
+  std::vector<std::string> kernels;
+  bool list = false, sweep = false, causal = false;
+  int seqlen = 512, seqlen_k = 0, head_dim = 64, batch = 0, heads = 0, heads_kv = 0;
+  std::string dtype_name = "bf16", json_path;
+  std::vector<int> sweep_dims = {64, 128, 256};
+  hfa::bench::Options opt;
+
+  app.add_option("kernels", kernels, "kernel names (see --list); default: auto");
+  app.add_flag("--list", list, "list the kernels and what each supports, then exit");
+  app.add_option("--seqlen", seqlen, "query sequence length")->envname("SEQLEN")->check(CLI::NonNegativeNumber);
+  app.add_option("--seqlen-k", seqlen_k, "key/value sequence length (default: --seqlen)")->check(CLI::NonNegativeNumber);
+  app.add_option("--headdim", head_dim, "head dimension")->envname("HEADDIM")->check(CLI::PositiveNumber);
+  app.add_option("--batch", batch, "batch (default: 16384 / seqlen, at least 1)")->envname("BATCH")->check(CLI::NonNegativeNumber);
+  app.add_option("--heads", heads, "query heads (default: 2048 / headdim)")->envname("HEADS")->check(CLI::PositiveNumber);
+  app.add_option("--heads-kv", heads_kv, "key/value heads, GQA/MQA (default: --heads)")->check(CLI::PositiveNumber);
+  app.add_flag("--causal", causal, "causal mask (bottom-right aligned)")->envname("CAUSAL");
+  app.add_option("--dtype", dtype_name, "bf16 or fp16")->envname("DTYPE")->check(CLI::IsMember({"bf16", "fp16"}));
+  app.add_flag("--check", opt.check, "check against the fp64 CPU reference; exit 1 on FAIL")->envname("CHECK");
+  app.add_option("--check-rows", opt.check_rows, "rows checked per configuration (random subset when more)");
+  app.add_flag("--sweep", sweep, "run the seeds' sweep: s=512..16384, batch=16384/s, heads=2048/d, causal 0/1");
+  app.add_option("--sweep-headdims", sweep_dims, "head dims of the sweep")->delimiter(',');
+  app.add_option("--json", json_path, "write the results as JSON (DESIGN.md schema)");
+  app.add_option("--iters", opt.iters, "timed iterations (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", opt.warmup, "untimed warm-up iterations")->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", opt.seed, "random seed (default: fresh each run)");
+  CLI11_PARSE(app, argc, argv);
+
+  if (list) {
+    print_kernel_list();
+    return 0;
+  }
+  std::string why;
+  if (!have_gpu(&why)) {
+    std::fprintf(stderr, "hfa-bench: no CUDA GPU available (%s); only --list works without one\n", why.c_str());
+    return 2;
+  }
+  if (kernels.empty()) kernels = {"auto"};
+  for (const std::string& k : kernels) {
+    bool known = k == "auto";
+    for (const hfa::KernelInfo& info : hfa::list_kernels()) known = known || info.name == k;
+    if (!known) {
+      std::fprintf(stderr, "hfa-bench: unknown kernel \"%s\" (see --list)\n", k.c_str());
+      return 2;
+    }
+  }
+  if (opt.seed == 0)
+    opt.seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::fprintf(stderr, "hfa-bench: seed %llu\n", static_cast<unsigned long long>(opt.seed));
+
+  const hfa::DType dtype = dtype_name == "fp16" ? hfa::DType::kFP16 : hfa::DType::kBF16;
+  std::vector<hfa::check::Config> configs;
+  if (sweep) {
+    configs = hfa::bench::sweep_configs(dtype, sweep_dims);
+  } else {
+    hfa::check::Config c;
+    c.dtype = dtype;
+    c.seqlen_q = seqlen;
+    c.seqlen_k = app.count("--seqlen-k") ? seqlen_k : seqlen;
+    c.head_dim = head_dim;
+    c.batch = batch > 0 ? batch : std::max(1, 16384 / std::max(1, seqlen));
+    c.heads_q = heads > 0 ? heads : std::max(1, 2048 / head_dim);
+    c.heads_kv = heads_kv > 0 ? heads_kv : c.heads_q;
+    c.causal = causal;
+    configs.push_back(c);
+  }
+
+  // Kernels interleaved per configuration, so clock drift hits all of them alike.
+  std::vector<hfa::bench::Row> rows;
+  int failures = 0, not_run = 0, n = 0;
+  const int total = static_cast<int>(configs.size() * kernels.size());
+  for (hfa::check::Config c : configs)
+    for (const std::string& k : kernels) {
+      c.kernel = k;
+      hfa::bench::Row row = hfa::bench::run_config(c, opt, opt.seed + 7919 * n);
+      ++n;
+      if (row.check_pass && !*row.check_pass) ++failures;
+      if (row.ms <= 0) ++not_run;
+      std::fprintf(stderr, "[%d/%d] %s\n", n, total, hfa::bench::format_row(row).c_str());
+      rows.push_back(row);
+    }
+
+  std::printf("%s\n", hfa::bench::table_header().c_str());
+  for (const hfa::bench::Row& r : rows) std::printf("%s\n", hfa::bench::format_row(r).c_str());
+  if (!json_path.empty()) {
+    std::string err;
+    if (!hfa::bench::write_json(json_path, hfa::bench::collect_run_info(argc, argv), rows, &err)) {
+      std::fprintf(stderr, "hfa-bench: %s\n", err.c_str());
+      return 2;
+    }
+    std::fprintf(stderr, "hfa-bench: wrote %s\n", json_path.c_str());
+  }
+  if (failures) std::fprintf(stderr, "hfa-bench: %d check(s) FAILED\n", failures);
+  if (not_run) std::fprintf(stderr, "hfa-bench: %d configuration(s) did not run\n", not_run);
+  return failures ? 1 : (not_run && !sweep ? 2 : 0);
+}
