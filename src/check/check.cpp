@@ -78,7 +78,8 @@ std::string CheckResult::summary() const {
   return buf;
 }
 
-Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResult* result) {
+Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResult* result,
+                 const std::function<void(ForwardArgs&)>& tamper) {
   const Config& c = buf.config;
   *result = CheckResult{};
   auto fail = [&](const Status& st) {
@@ -89,7 +90,9 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
   Status st = buf.fill_random(seed);
   if (st.ok()) st = buf.poison_outputs();
   if (!st.ok()) return fail(st);
-  st = forward(buf.forward_args());
+  ForwardArgs args = buf.forward_args();
+  if (tamper) tamper(args);
+  st = forward(args);
   if (st.ok()) st = cuda_status(cudaDeviceSynchronize(), "running the kernel");
   if (!st.ok()) return fail(st);
 

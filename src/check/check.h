@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -81,7 +82,10 @@ struct CheckResult {
 // Runs c.kernel once on `buffers` (fresh random inputs from `seed`, poisoned outputs) and checks
 // it. max_rows > 0 checks a random subset of (batch, head, row) of that size when there are more.
 // Returns the forward() error if the kernel refused to run (the result is then a FAIL).
-Status run_check(DeviceBuffers& buffers, uint64_t seed, int64_t max_rows, CheckResult* result);
+// `tamper`, for tests of the checker itself, edits the arguments before the launch (the reference
+// still computes the untampered problem), so a check that cannot fail would show.
+Status run_check(DeviceBuffers& buffers, uint64_t seed, int64_t max_rows, CheckResult* result,
+                 const std::function<void(ForwardArgs&)>& tamper = {});
 
 // Convenience: allocate, then run_check.
 Status run_check(const Config& c, uint64_t seed, int64_t max_rows, CheckResult* result);

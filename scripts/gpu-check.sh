@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The whole GPU verification in one call, for the lent H100 (or any GPU machine):
+#   1. GPU tests (every kernel over the test matrix), CPU tests, the hfa-bench CLI test
+#   2. compute-sanitizer memcheck, racecheck and synccheck on each kernel in $SANITIZE_KERNELS
+#   3. the seeds' sweep with --check for each kernel in $SWEEP_KERNELS, JSON under $OUT
+# Logs go to $OUT (default ./gpu-check-out) as few files: summary.txt, steps.log, sweep-*.json,
+# sweep-*.txt. Builds first unless $HFA_BUILD_DIR already holds working binaries (carried builds).
+#
+# Environment: OUT, HFA_BUILD_DIR (default build), HFA_COMMIT (recorded in the JSON),
+#   STEPS (default "tests sanitize sweep"), SANITIZE_KERNELS (default "k1 k2"),
+#   SWEEP_KERNELS (default "k2"), SWEEP_ARGS (extra hfa-bench args, e.g. "--iters 5 --warmup 1").
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$root/gpu-check-out}
+build=${HFA_BUILD_DIR:-$root/build}
+steps=${STEPS:-tests sanitize sweep}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$build:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export HFA_COMMIT=${HFA_COMMIT:-$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+bench="$build/tools/hfa-bench/hfa-bench"
+summary="$out/summary.txt"
+steps_log="$out/steps.log"
+failed=0
+
+note() { echo "$*" | tee -a "$summary"; }
+# step NAME CMD...: runs CMD with its output appended to steps.log; one line in the summary.
+step() {
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "===== $name: $*" >>"$steps_log"
+  if "$@" >>"$steps_log" 2>&1; then
+    note "PASS  $name ($((SECONDS - t0)) s)"
+  else
+    note "FAIL  $name (exit $?, $((SECONDS - t0)) s): see steps.log"
+    failed=1
+  fi
+}
+
+note "gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $HFA_COMMIT"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader \
+  | tee -a "$summary" || note "nvidia-smi failed"
+
+if ! "$build/tests/hfa_gpu_tests" --gtest_list_tests >/dev/null 2>&1; then
+  note "no usable binaries in $build: building"
+  step build bash -c "'$root/scripts/setup.sh' && cmake -S '$root' -B '$build' -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release && cmake --build '$build' -j $(nproc)"
+fi
+
+if [[ " $steps " == *" tests "* ]]; then
+  step gpu-tests "$build/tests/hfa_gpu_tests"
+  step cpu-tests "$build/tests/hfa_cpu_tests"
+  step cli-test "$root/tests/cli_test.sh" "$bench"
+fi
+
+if [[ " $steps " == *" sanitize "* ]]; then
+  # Small shapes that still cover ragged tiles, seqlen_q != seqlen_k, GQA and causal.
+  for tool in memcheck racecheck synccheck; do
+    for kernel in ${SANITIZE_KERNELS:-k1 k2}; do
+      for d in 64 256; do
+        step "sanitize-$tool-$kernel-d$d" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+          "$bench" "$kernel" --seqlen 130 --seqlen-k 200 --headdim "$d" --batch 1 --heads 4 \
+          --heads-kv 2 --causal --check --iters 1 --warmup 0
+      done
+    done
+  done
+fi
+
+if [[ " $steps " == *" sweep "* ]]; then
+  for kernel in ${SWEEP_KERNELS:-k2}; do
+    # shellcheck disable=SC2086
+    step "sweep-$kernel" bash -c "'$bench' $kernel --sweep --check ${SWEEP_ARGS:-} \
+      --json '$out/sweep-$kernel.json' > '$out/sweep-$kernel.txt'"
+    cat "$out/sweep-$kernel.txt" 2>/dev/null
+  done
+fi
+
+echo
+cat "$summary"
+exit $failed

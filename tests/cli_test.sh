@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# hfa-bench's command line: --list without a GPU; the worklog's env-var form and the flag form.
+set -u
+bench=$1
+fail() { echo "FAIL: $*"; exit 1; }
+
+list=$("$bench" --list) || fail "--list exited non-zero"
+for k in k1 k2 auto; do grep -q "^$k " <<<"$list" || fail "--list does not show $k"; done
+
+if nvidia-smi -L >/dev/null 2>&1; then
+  out=$(CHECK=1 SEQLEN=100 HEADDIM=64 CAUSAL=1 BATCH=2 HEADS=4 "$bench" k2 --iters 3 2>&1) \
+    || fail "env-var form failed on a GPU: $out"
+  grep -q "PASS" <<<"$out" || fail "env-var form did not check: $out"
+  out=$("$bench" k1 k2 --seqlen 100 --headdim 64 --causal --batch 2 --heads 4 --check --iters 3 2>&1) \
+    || fail "flag form failed on a GPU: $out"
+  [ "$(grep -c PASS <<<"$out")" -ge 2 ] || fail "flag form did not check both kernels: $out"
+else
+  out=$(CHECK=1 SEQLEN=512 HEADDIM=64 CAUSAL=0 "$bench" k2 2>&1); rc=$?
+  [ $rc -ne 0 ] || fail "exit status 0 without a GPU"
+  [ "$(wc -l <<<"$out")" -eq 1 ] || fail "expected one line without a GPU, got: $out"
+  grep -q "no CUDA GPU" <<<"$out" || fail "message does not say there is no GPU: $out"
+fi
+"$bench" nosuchkernel >/dev/null 2>&1 && fail "an unknown kernel name exited 0"
+echo "cli ok"

@@ -1,0 +1,177 @@
+// The fp64 reference is the oracle for every kernel, so it is tested against facts that do not
+// come from its own code: closed forms, symmetries, and finite differences for the backward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "reference/reference.h"
+
+namespace hfa::reference {
+namespace {
+
+struct Inputs {
+  Shape s;
+  std::vector<double> q, k, v;
+};
+
+Inputs random_inputs(Shape s, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> n(0.0, 1.0);
+  Inputs in{s, {}, {}, {}};
+  in.q.resize(s.q_index(s.batch, 0, 0));
+  in.k.resize(s.kv_index(s.batch, 0, 0));
+  in.v.resize(in.k.size());
+  for (auto* t : {&in.q, &in.k, &in.v})
+    for (double& x : *t) x = n(rng);
+  return in;
+}
+
+Shape make_shape(int b, int sq, int sk, int hq, int hkv, int d, bool causal) {
+  Shape s;
+  s.batch = b; s.seqlen_q = sq; s.seqlen_k = sk; s.heads_q = hq; s.heads_kv = hkv; s.head_dim = d;
+  s.scale = 1.0 / std::sqrt(static_cast<double>(d));
+  s.causal = causal;
+  return s;
+}
+
+TEST(Reference, MatchesDirectSoftmaxFormula) {
+  // softmax written the textbook way: p_j = exp(s_j) / sum exp(s_k), no max subtraction.
+  Inputs in = random_inputs(make_shape(2, 5, 7, 4, 2, 8, false), 1);
+  const Shape& s = in.s;
+  std::vector<double> o(s.head_dim);
+  for (int b = 0; b < s.batch; ++b)
+    for (int h = 0; h < s.heads_q; ++h)
+      for (int i = 0; i < s.seqlen_q; ++i) {
+        double lse;
+        forward_row(s, in.q.data(), in.k.data(), in.v.data(), b, h, i, o.data(), &lse);
+        std::vector<double> e(s.seqlen_k);
+        double sum = 0;
+        for (int j = 0; j < s.seqlen_k; ++j) {
+          double dot = 0;
+          for (int c = 0; c < s.head_dim; ++c)
+            dot += in.q[s.q_index(b, i, h) + c] * in.k[s.kv_index(b, j, h / 2) + c];
+          e[j] = std::exp(dot * s.scale);
+          sum += e[j];
+        }
+        EXPECT_NEAR(lse, std::log(sum), 1e-12);
+        for (int c = 0; c < s.head_dim; ++c) {
+          double expect = 0;
+          for (int j = 0; j < s.seqlen_k; ++j) expect += e[j] / sum * in.v[s.kv_index(b, j, h / 2) + c];
+          EXPECT_NEAR(o[c], expect, 1e-12);
+        }
+      }
+}
+
+TEST(Reference, UniformValuesGiveThatValue) {
+  // If every value row is u, any convex combination is u, whatever the scores and mask.
+  Inputs in = random_inputs(make_shape(1, 9, 6, 2, 1, 4, true), 2);
+  for (size_t x = 0; x < in.v.size(); ++x) in.v[x] = 0.5 + static_cast<double>(x % 4);
+  std::vector<double> o(in.s.q_index(1, 0, 0)), lse(in.s.lse_index(1, 0, 0));
+  forward(in.s, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
+  for (int h = 0; h < 2; ++h)
+    for (int i = 3; i < 9; ++i)  // rows 0..2 see no key (sq - sk = 3)
+      for (int c = 0; c < 4; ++c) EXPECT_NEAR(o[in.s.q_index(0, i, h) + c], 0.5 + c, 1e-12);
+}
+
+TEST(Reference, CausalIsBottomRightAligned) {
+  // sq = 4 > sk = 2: query i sees keys j <= i - 2. Rows 0, 1 see nothing; row 2 sees key 0 only.
+  Inputs in = random_inputs(make_shape(1, 4, 2, 1, 1, 3, true), 3);
+  std::vector<double> o(in.s.q_index(1, 0, 0)), lse(4);
+  forward(in.s, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(std::isinf(lse[i]) && lse[i] < 0) << "row " << i;
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(o[in.s.q_index(0, i, 0) + c], 0.0);
+  }
+  double dot = 0;
+  for (int c = 0; c < 3; ++c) dot += in.q[in.s.q_index(0, 2, 0) + c] * in.k[c];
+  EXPECT_NEAR(lse[2], dot * in.s.scale, 1e-12);
+  for (int c = 0; c < 3; ++c) EXPECT_NEAR(o[in.s.q_index(0, 2, 0) + c], in.v[c], 1e-12);
+  // sq = 2 < sk = 5: the last query sees every key, the first all but the last.
+  Shape wide = make_shape(1, 2, 5, 1, 1, 3, true);
+  EXPECT_TRUE(wide.visible(1, 4));
+  EXPECT_TRUE(wide.visible(0, 3));
+  EXPECT_FALSE(wide.visible(0, 4));
+}
+
+TEST(Reference, GqaEqualsMhaWithRepeatedKvHeads) {
+  Inputs gqa = random_inputs(make_shape(2, 6, 5, 6, 2, 4, true), 4);
+  Inputs mha = gqa;
+  mha.s.heads_kv = 6;
+  mha.k.assign(mha.s.kv_index(2, 0, 0), 0);
+  mha.v.assign(mha.k.size(), 0);
+  for (int b = 0; b < 2; ++b)
+    for (int j = 0; j < 5; ++j)
+      for (int h = 0; h < 6; ++h)
+        for (int c = 0; c < 4; ++c) {
+          mha.k[mha.s.kv_index(b, j, h) + c] = gqa.k[gqa.s.kv_index(b, j, h / 3) + c];
+          mha.v[mha.s.kv_index(b, j, h) + c] = gqa.v[gqa.s.kv_index(b, j, h / 3) + c];
+        }
+  std::vector<double> o1(gqa.s.q_index(2, 0, 0)), o2(o1.size()), l1(gqa.s.lse_index(2, 0, 0)), l2(l1.size());
+  forward(gqa.s, gqa.q.data(), gqa.k.data(), gqa.v.data(), o1.data(), l1.data());
+  forward(mha.s, mha.q.data(), mha.k.data(), mha.v.data(), o2.data(), l2.data());
+  EXPECT_EQ(o1, o2);
+  EXPECT_EQ(l1, l2);
+}
+
+// Backward against central finite differences of L = sum(O * W).
+TEST(Reference, BackwardMatchesFiniteDifferences) {
+  for (bool causal : {false, true}) {
+    Inputs in = random_inputs(make_shape(1, 5, 4, 4, 2, 3, causal), causal ? 6 : 5);
+    const Shape& s = in.s;
+    std::mt19937_64 rng(7);
+    std::normal_distribution<double> n(0.0, 1.0);
+    std::vector<double> w(s.q_index(1, 0, 0));
+    for (double& x : w) x = n(rng);
+    auto loss = [&](const Inputs& x) {
+      std::vector<double> o(w.size()), lse(s.lse_index(1, 0, 0));
+      forward(s, x.q.data(), x.k.data(), x.v.data(), o.data(), lse.data());
+      double l = 0;
+      for (size_t i = 0; i < o.size(); ++i) l += o[i] * w[i];
+      return l;
+    };
+    std::vector<double> dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
+    backward(s, in.q.data(), in.k.data(), in.v.data(), w.data(), dq.data(), dk.data(), dv.data());
+    const double eps = 1e-6;
+    for (auto [tensor, grad] : {std::pair{&Inputs::q, &dq}, {&Inputs::k, &dk}, {&Inputs::v, &dv}}) {
+      for (size_t i = 0; i < (in.*tensor).size(); ++i) {
+        Inputs plus = in, minus = in;
+        (plus.*tensor)[i] += eps;
+        (minus.*tensor)[i] -= eps;
+        const double numeric = (loss(plus) - loss(minus)) / (2 * eps);
+        EXPECT_NEAR((*grad)[i], numeric, 1e-7) << "causal " << causal << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(Reference, LowPrecisionBaselineHasTheExpectedErrorSize) {
+  // The tolerance baseline must be neither exact (a useless bound) nor far off (a loose one).
+  Inputs in = random_inputs(make_shape(1, 64, 256, 1, 1, 64, false), 8);
+  for (Precision p : {Precision::kBF16, Precision::kFP16}) {
+    for (auto* t : {&in.q, &in.k, &in.v})
+      for (double& x : *t) x = round_to(p, x);  // kernels see dtype-representable inputs
+    double max_err = 0;
+    std::vector<double> ref(64), base(64);
+    for (int i = 0; i < 64; ++i) {
+      double l1, l2;
+      forward_row(in.s, in.q.data(), in.k.data(), in.v.data(), 0, 0, i, ref.data(), &l1);
+      forward_row_lowp(in.s, p, in.q.data(), in.k.data(), in.v.data(), 0, 0, i, base.data(), &l2);
+      for (int c = 0; c < 64; ++c) max_err = std::max(max_err, std::fabs(ref[c] - base[c]));
+    }
+    const double unit = p == Precision::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    EXPECT_GT(max_err, 0.01 * unit);
+    EXPECT_LT(max_err, 8 * unit);
+  }
+}
+
+TEST(Reference, RoundToNearestEven) {
+  EXPECT_EQ(round_to(Precision::kBF16, 1.0 + std::ldexp(1.0, -8)), 1.0);  // tie -> even
+  EXPECT_EQ(round_to(Precision::kBF16, 1.0 + 3 * std::ldexp(1.0, -8)), 1.0 + std::ldexp(1.0, -6));
+  EXPECT_EQ(round_to(Precision::kFP16, 1.0 + std::ldexp(1.0, -11)), 1.0);
+  EXPECT_EQ(round_to(Precision::kFP16, 65504.0), 65504.0);
+}
+
+}  // namespace
+}  // namespace hfa::reference

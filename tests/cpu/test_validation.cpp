@@ -1,0 +1,266 @@
+// Every validation rule, one test each: the call must fail with a message that names the argument
+// and the rule. No GPU is needed: argument rules are checked before the device is touched, and
+// kernel/architecture rules are checked against a hand-made DeviceInfo.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "api/validate.h"
+#include "hfa_build_config.h"
+
+namespace hfa {
+namespace {
+
+constexpr int kCompiledHeadDims[] = {HFA_HEAD_DIMS_INIT};
+constexpr int kB = 2, kSq = 33, kSk = 47, kHq = 8, kHkv = 2, kD = kCompiledHeadDims[0];
+
+// Host buffers with 16-byte alignment: validation never dereferences them.
+alignas(16) unsigned char g_q[16], g_k[16], g_v[16], g_o[16], g_lse[16];
+
+ForwardArgs valid_args(DType dtype = DType::kBF16) {
+  ForwardArgs a;
+  a.q = make_tensor(g_q, dtype, {kB, kSq, kHq, kD});
+  a.k = make_tensor(g_k, dtype, {kB, kSk, kHkv, kD});
+  a.v = make_tensor(g_v, dtype, {kB, kSk, kHkv, kD});
+  a.out = make_tensor(g_o, dtype, {kB, kSq, kHq, kD});
+  a.lse = make_tensor(g_lse, DType::kFP32, {kB, kHq, kSq});
+  return a;
+}
+
+DeviceInfo hopper() {
+  DeviceInfo d;
+  d.cc_major = 9;
+  d.cc_minor = 0;
+  d.sm_count = 132;
+  d.max_smem_per_block_optin = 227 * 1024;
+  d.free_memory = int64_t{80} << 30;
+  return d;
+}
+
+// Argument rules: normalize_forward.
+Status normalize(const ForwardArgs& a) {
+  FwdProblem p;
+  return normalize_forward(a, &p);
+}
+
+// Argument rules, then the kernel's own rules on `device`.
+Status plan(const ForwardArgs& a, const DeviceInfo& device = hopper()) {
+  FwdProblem p;
+  Status st = normalize_forward(a, &p);
+  if (!st.ok()) return st;
+  const KernelEntry* kernel = nullptr;
+  return select_kernel_for(a.kernel, p, device, &kernel);
+}
+
+void expect_error(const Status& st, StatusCode code, std::initializer_list<const char*> words) {
+  EXPECT_EQ(st.code, code) << st.message;
+  for (const char* w : words) EXPECT_NE(st.message.find(w), std::string::npos) << "'" << w << "' not in: " << st.message;
+}
+
+TEST(Validation, ValidArgumentsPass) {
+  EXPECT_TRUE(normalize(valid_args()).ok());
+  EXPECT_TRUE(plan(valid_args()).ok());
+  ForwardArgs a = valid_args();
+  a.kernel = "k2";
+  EXPECT_TRUE(plan(a).ok()) << plan(a).message;
+}
+
+TEST(Validation, NullPointer) {
+  for (TensorView ForwardArgs::*field : {&ForwardArgs::q, &ForwardArgs::k, &ForwardArgs::v, &ForwardArgs::out}) {
+    ForwardArgs a = valid_args();
+    (a.*field).data = nullptr;
+    expect_error(normalize(a), StatusCode::kInvalidArgument, {"null"});
+  }
+  ForwardArgs a = valid_args();
+  a.v.data = nullptr;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"v:", "null"});
+}
+
+TEST(Validation, DtypeMismatch) {
+  ForwardArgs a = valid_args();
+  a.k.dtype = DType::kFP16;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k:", "fp16", "does not match", "bf16"});
+  a = valid_args(DType::kFP16);
+  a.out.dtype = DType::kBF16;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"out:", "bf16", "does not match"});
+  a = valid_args();
+  a.q.dtype = a.k.dtype = a.v.dtype = a.out.dtype = DType::kFP32;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"q:", "fp32", "not supported"});
+}
+
+TEST(Validation, ShapeMismatch) {
+  ForwardArgs a = valid_args();
+  a.v = make_tensor(g_v, DType::kBF16, {kB, kSk + 1, kHkv, kD});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"v:", "k's"});
+  a = valid_args();
+  a.out = make_tensor(g_o, DType::kBF16, {kB, kSq, kHq - 1, kD});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"out:", "q's"});
+  a = valid_args();
+  a.k = make_tensor(g_k, DType::kBF16, {kB + 1, kSk, kHkv, kD});
+  a.v = a.k;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k:", "batch"});
+  a = valid_args();
+  a.k = make_tensor(g_k, DType::kBF16, {kB, kSk, kHkv, kD / 2});
+  a.v = make_tensor(g_v, DType::kBF16, {kB, kSk, kHkv, kD / 2});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k:", "head_dim"});
+  a = valid_args();
+  a.q = make_tensor(g_q, DType::kBF16, {kB * kSq, kHq, kD});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"q:", "rank 4", "got rank 3"});
+}
+
+TEST(Validation, HeadsNotMultiple) {
+  ForwardArgs a = valid_args();
+  a.q = make_tensor(g_q, DType::kBF16, {kB, kSq, 6, kD});
+  a.out = make_tensor(g_o, DType::kBF16, {kB, kSq, 6, kD});
+  a.lse = make_tensor(g_lse, DType::kFP32, {kB, 6, kSq});
+  a.k = make_tensor(g_k, DType::kBF16, {kB, kSk, 4, kD});
+  a.v = make_tensor(g_v, DType::kBF16, {kB, kSk, 4, kD});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"heads_q (6)", "multiple of heads_kv (4)"});
+}
+
+TEST(Validation, HeadDimNotSupportedByKernel) {
+  ForwardArgs a = valid_args();
+  for (TensorView* t : {&a.q, &a.k, &a.v, &a.out}) *t = make_tensor(t->data, t->dtype, {t->shape[0], t->shape[1], t->shape[2], 96});
+  a.kernel = "k2";
+  expect_error(plan(a), StatusCode::kUnsupported, {"head_dim", "96", "k2"});
+  a.kernel = "k1";  // k1 runs any head_dim
+  EXPECT_TRUE(plan(a).ok()) << plan(a).message;
+  a.kernel = "auto";  // auto never falls back to the naive kernel
+  expect_error(plan(a), StatusCode::kUnsupported, {"auto", "head_dim"});
+}
+
+TEST(Validation, HeadDimStrideMustBeOne) {
+  ForwardArgs a = valid_args();
+  a.k.stride[3] = 2;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k:", "head_dim stride", "contiguous"});
+}
+
+TEST(Validation, NegativeStrideAndHugeSize) {
+  ForwardArgs a = valid_args();
+  a.q.stride[1] = -a.q.stride[1];
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"q:", "stride", "non-negative"});
+  a = valid_args();
+  a.out.shape[1] = a.q.shape[1] = int64_t{1} << 31;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"q:", "2^31"});
+}
+
+TEST(Validation, MisalignedPointerOrStrideForVectorKernels) {
+  ForwardArgs a = valid_args();
+  a.kernel = "k2";
+  a.q.data = g_q + 2;  // 2-byte aligned only
+  expect_error(plan(a), StatusCode::kUnsupported, {"q:", "16-byte aligned", "k2"});
+  a = valid_args();
+  a.kernel = "k2";
+  a.k.stride[1] = kHkv * kD + 4;  // 8-byte row stride step
+  a.v.stride[1] = a.k.stride[1];
+  expect_error(plan(a), StatusCode::kUnsupported, {"k:", "seqlen stride", "16 bytes"});
+  a.kernel = "k1";  // scalar loads: no alignment rule
+  EXPECT_TRUE(plan(a).ok()) << plan(a).message;
+}
+
+TEST(Validation, EmptyProblemsSucceedWithoutLaunching) {
+  // batch == 0 and seqlen_q == 0 are valid, need no device and touch nothing (null data is fine).
+  for (int which = 0; which < 2; ++which) {
+    ForwardArgs a;
+    const int b = which == 0 ? 0 : kB, sq = which == 0 ? kSq : 0;
+    a.q = make_tensor(nullptr, DType::kBF16, {b, sq, kHq, kD});
+    a.k = make_tensor(g_k, DType::kBF16, {b, kSk, kHkv, kD});
+    a.v = make_tensor(g_v, DType::kBF16, {b, kSk, kHkv, kD});
+    a.out = make_tensor(nullptr, DType::kBF16, {b, sq, kHq, kD});
+    Status st = forward(a);
+    EXPECT_TRUE(st.ok()) << st.message;
+    FwdProblem p;
+    ASSERT_TRUE(normalize_forward(a, &p).ok());
+    EXPECT_TRUE(is_empty(p));
+  }
+  ForwardArgs a = valid_args();  // seqlen_k == 0 alone is not empty: rows see no key
+  a.k = make_tensor(g_k, DType::kBF16, {kB, 0, kHkv, kD});
+  a.v = make_tensor(g_v, DType::kBF16, {kB, 0, kHkv, kD});
+  FwdProblem p;
+  ASSERT_TRUE(normalize_forward(a, &p).ok());
+  EXPECT_FALSE(is_empty(p));
+}
+
+TEST(Validation, UnknownKernelName) {
+  ForwardArgs a = valid_args();
+  a.kernel = "k99";
+  expect_error(plan(a), StatusCode::kInvalidArgument, {"kernel:", "unknown", "k99", "k1", "k2"});
+  expect_error(forward(a), StatusCode::kInvalidArgument, {"unknown", "k99"});  // before any device query
+}
+
+TEST(Validation, ArchitectureTooOld) {
+  DeviceInfo turing = hopper();
+  turing.cc_major = 7;
+  turing.cc_minor = 5;
+  for (const char* k : {"k1", "k2"}) {
+    ForwardArgs a = valid_args();
+    a.kernel = k;
+    expect_error(plan(a, turing), StatusCode::kUnsupported, {k, "compute capability 8.0", "7.5"});
+  }
+  expect_error(plan(valid_args(), turing), StatusCode::kUnsupported, {"auto", "compute capability"});
+}
+
+TEST(Validation, SharedMemoryLimit) {
+  DeviceInfo small = hopper();
+  small.max_smem_per_block_optin = 16 * 1024;
+  ForwardArgs a = valid_args();
+  a.kernel = "k2";
+  expect_error(plan(a, small), StatusCode::kUnsupported, {"k2", "shared memory"});
+}
+
+TEST(Validation, LseShapeAndDtype) {
+  ForwardArgs a = valid_args();
+  a.lse = make_tensor(g_lse, DType::kFP32, {kB, kSq, kHq});  // (batch, seqlen, heads): wrong order
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"lse:", "(batch, heads_q, seqlen_q)"});
+  a = valid_args();
+  a.lse.dtype = DType::kBF16;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"lse:", "fp32"});
+  a = valid_args();
+  a.lse.data = nullptr;  // lse is optional
+  EXPECT_TRUE(normalize(a).ok());
+}
+
+TEST(Validation, SoftmaxScaleMustBeFinite) {
+  ForwardArgs a = valid_args();
+  a.softmax_scale = std::numeric_limits<float>::quiet_NaN();
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"softmax_scale", "not finite"});
+  a.softmax_scale = 0.25f;
+  FwdProblem p;
+  ASSERT_TRUE(normalize_forward(a, &p).ok());
+  EXPECT_EQ(p.softmax_scale, 0.25f);
+  a.softmax_scale.reset();
+  ASSERT_TRUE(normalize_forward(a, &p).ok());
+  EXPECT_FLOAT_EQ(p.softmax_scale, 1.0f / std::sqrt(static_cast<float>(kD)));
+}
+
+TEST(Validation, AutoPicksARegisteredKernel) {
+  FwdProblem p;
+  ASSERT_TRUE(normalize_forward(valid_args(), &p).ok());
+  const KernelEntry* kernel = nullptr;
+  ASSERT_TRUE(select_kernel_for("auto", p, hopper(), &kernel).ok());
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_GT(kernel->auto_priority, 0);
+  EXPECT_EQ(kernel->name, "k2");  // today's fastest; update when a faster kernel lands
+}
+
+TEST(Validation, NoDeviceIsAClearError) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) GTEST_SKIP() << "a GPU is present";
+  expect_error(forward(valid_args()), StatusCode::kNoDevice, {"no usable CUDA device"});
+}
+
+TEST(Registry, ListsEveryKernelWithDescription) {
+  const std::vector<KernelInfo> kernels = list_kernels();
+  ASSERT_GE(kernels.size(), 2u);
+  EXPECT_EQ(kernels[0].name, "k1");
+  EXPECT_EQ(kernels[1].name, "k2");
+  for (const KernelInfo& k : kernels) {
+    EXPECT_FALSE(k.description.empty()) << k.name;
+    EXPECT_FALSE(k.supports.empty()) << k.name;
+  }
+}
+
+}  // namespace
+}  // namespace hfa

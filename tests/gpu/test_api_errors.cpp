@@ -1,0 +1,103 @@
+// On a GPU: a call that fails launches nothing and leaves every output byte as it was.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "check/check.h"
+#include "gpu_test_util.h"
+
+namespace hfa::testing {
+namespace {
+
+std::vector<unsigned char> download(const check::DeviceBuffers::Tensor& t) {
+  std::vector<unsigned char> host(t.alloc_elems * size_of(t.view.dtype));
+  EXPECT_EQ(cudaMemcpy(host.data(), t.data, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  return host;
+}
+
+bool all_poisoned(const std::vector<unsigned char>& bytes) {
+  for (unsigned char b : bytes)
+    if (b != 0xFF) return false;
+  return true;
+}
+
+class ErrorsTouchNothing : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HFA_SKIP_WITHOUT_GPU();
+    c.head_dim = compiled_head_dims()[0];
+    c.seqlen_q = c.seqlen_k = 200;
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    ASSERT_TRUE(buf.allocate(c).ok());
+    ASSERT_TRUE(buf.fill_random(21).ok());
+    ASSERT_TRUE(buf.poison_outputs().ok());
+  }
+  void expect_untouched(const Status& st, StatusCode code) {
+    EXPECT_EQ(st.code, code) << st.message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_TRUE(all_poisoned(download(buf.o))) << "out was written by a failed call";
+    EXPECT_TRUE(all_poisoned(download(buf.lse))) << "lse was written by a failed call";
+  }
+  check::Config c;
+  check::DeviceBuffers buf;
+};
+
+TEST_F(ErrorsTouchNothing, InvalidArgument) {
+  ForwardArgs a = buf.forward_args();
+  a.k.dtype = DType::kFP16;
+  expect_untouched(forward(a), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ErrorsTouchNothing, UnsupportedHeadDim) {
+  ForwardArgs a = buf.forward_args();
+  a.kernel = "k2";
+  for (TensorView* t : {&a.q, &a.k, &a.v, &a.out}) t->shape[3] = 40;  // fewer columns, same memory
+  expect_untouched(forward(a), StatusCode::kUnsupported);
+}
+
+TEST_F(ErrorsTouchNothing, MisalignedPointer) {
+  ForwardArgs a = buf.forward_args();
+  a.kernel = "k2";
+  a.q.data = static_cast<char*>(a.q.data) + 2;
+  expect_untouched(forward(a), StatusCode::kUnsupported);
+}
+
+TEST_F(ErrorsTouchNothing, UnknownKernel) {
+  ForwardArgs a = buf.forward_args();
+  a.kernel = "fastest";
+  expect_untouched(forward(a), StatusCode::kInvalidArgument);
+}
+
+// K1 materializes S: a problem whose S cannot fit is a clear error before any launch. The shapes
+// are claimed, not allocated: the error must come before anything reads them.
+TEST_F(ErrorsTouchNothing, K1OutOfMemoryForHugeS) {
+  ForwardArgs a = buf.forward_args();
+  a.kernel = "k1";
+  const int64_t s = 1 << 19, h = 64;  // S would be 64 * 2^38 * 4 bytes = 64 TiB
+  a.q = make_tensor(a.q.data, c.dtype, {1, s, h, c.head_dim});
+  a.out = make_tensor(a.out.data, c.dtype, {1, s, h, c.head_dim});
+  a.k = make_tensor(a.k.data, c.dtype, {1, s, h, c.head_dim});
+  a.v = make_tensor(a.v.data, c.dtype, {1, s, h, c.head_dim});
+  a.lse = TensorView{};
+  const Status st = forward(a);
+  EXPECT_NE(st.message.find("materializes S"), std::string::npos) << st.message;
+  EXPECT_NE(st.message.find("GiB"), std::string::npos) << st.message;
+  expect_untouched(st, StatusCode::kOutOfMemory);
+}
+
+TEST(EmptyProblems, BatchZeroOnGpuSucceeds) {
+  HFA_SKIP_WITHOUT_GPU();
+  for (const std::string& k : kernel_names()) {
+    ForwardArgs a;
+    a.kernel = k;
+    a.q = make_tensor(nullptr, DType::kBF16, {0, 10, 2, compiled_head_dims()[0]});
+    a.k = a.v = a.out = a.q;
+    Status st = forward(a);
+    EXPECT_TRUE(st.ok()) << k << ": " << st.message;
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace hfa::testing

@@ -1,0 +1,162 @@
+// Every registered kernel over the GPU test matrix, each case on fresh random inputs with poisoned
+// outputs, checked against the fp64 reference by the DESIGN.md rule (check/check.h).
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "check/check.h"
+#include "gpu_test_util.h"
+
+namespace hfa::testing {
+namespace {
+
+struct ShapeCase {
+  int batch, seqlen_q, seqlen_k, heads_q, heads_kv;
+};
+
+// Odd seqlens, seqlen_q != seqlen_k both ways, MHA, GQA 8:1 and 6:1, MQA.
+const ShapeCase kShapes[] = {
+    {1, 1, 1, 2, 2},        {2, 17, 17, 8, 1},     {1, 129, 129, 16, 2},  {1, 1000, 1000, 6, 1},
+    {2, 17, 129, 12, 2},    {2, 129, 17, 4, 4},    {1, 1000, 257, 8, 1},  {1, 64, 1000, 6, 3},
+    {3, 128, 128, 2, 1},    {1, 1, 1000, 4, 1},
+};
+constexpr check::Layout kLayouts[] = {check::Layout::kPacked, check::Layout::kPadded,
+                                      check::Layout::kHeadsMajor};
+constexpr int64_t kMaxRowsChecked = 768;
+
+// One test per (kernel, head_dim, causal, dtype); each runs every shape, layouts in rotation.
+struct MatrixParam {
+  std::string kernel;
+  int head_dim;
+  bool causal;
+  DType dtype;
+};
+
+std::string param_name(const ::testing::TestParamInfo<MatrixParam>& info) {
+  const MatrixParam& p = info.param;
+  return p.kernel + "_d" + std::to_string(p.head_dim) + (p.causal ? "_causal_" : "_full_") +
+         to_string(p.dtype);
+}
+
+std::vector<MatrixParam> matrix() {
+  std::vector<MatrixParam> out;
+  for (const std::string& k : kernel_names())
+    for (int d : compiled_head_dims())
+      for (bool causal : {false, true})
+        for (DType dt : {DType::kBF16, DType::kFP16}) out.push_back({k, d, causal, dt});
+  return out;
+}
+
+class KernelMatrix : public ::testing::TestWithParam<MatrixParam> {};
+
+TEST_P(KernelMatrix, MatchesReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  const MatrixParam& p = GetParam();
+  uint64_t seed = std::hash<std::string>{}(param_name({p, 0})) ^ ::testing::UnitTest::GetInstance()->random_seed();
+  int n = 0;
+  for (const ShapeCase& s : kShapes) {
+    check::Config c;
+    c.kernel = p.kernel;
+    c.dtype = p.dtype;
+    c.head_dim = p.head_dim;
+    c.causal = p.causal;
+    c.batch = s.batch;
+    c.seqlen_q = s.seqlen_q;
+    c.seqlen_k = s.seqlen_k;
+    c.heads_q = s.heads_q;
+    c.heads_kv = s.heads_kv;
+    c.layout = kLayouts[n++ % 3];
+    check::CheckResult r;
+    Status st = check::run_check(c, ++seed, kMaxRowsChecked, &r);
+    ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
+    EXPECT_TRUE(r.pass) << c.describe() << " seed " << seed << ": " << r.message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKernels, KernelMatrix, ::testing::ValuesIn(matrix()), param_name);
+
+class PerKernel : public ::testing::TestWithParam<std::string> {};
+
+// A non-default softmax scale reaches the kernel.
+TEST_P(PerKernel, CustomSoftmaxScale) {
+  HFA_SKIP_WITHOUT_GPU();
+  check::Config c;
+  c.kernel = GetParam();
+  c.head_dim = compiled_head_dims()[0];
+  c.seqlen_q = 77;
+  c.seqlen_k = 90;
+  c.heads_q = c.heads_kv = 2;
+  c.softmax_scale = 0.37f;
+  check::CheckResult r;
+  ASSERT_TRUE(check::run_check(c, 11, 0, &r).ok());
+  EXPECT_TRUE(r.pass) << r.message;
+}
+
+// The checker itself can fail: a kernel run with a wrong scale or a wrong mask must be caught.
+TEST_P(PerKernel, CheckerCatchesWrongResults) {
+  HFA_SKIP_WITHOUT_GPU();
+  check::Config c;
+  c.kernel = GetParam();
+  c.head_dim = compiled_head_dims()[0];
+  c.seqlen_q = c.seqlen_k = 100;
+  c.heads_q = c.heads_kv = 2;
+  check::DeviceBuffers buf;
+  ASSERT_TRUE(buf.allocate(c).ok());
+  check::CheckResult r;
+  ASSERT_TRUE(check::run_check(buf, 12, 0, &r, [](ForwardArgs& a) { a.softmax_scale = 0.1f; }).ok());
+  EXPECT_FALSE(r.pass) << "a 20% scale error passed: " << r.message;
+  ASSERT_TRUE(check::run_check(buf, 13, 0, &r, [](ForwardArgs& a) { a.causal = true; }).ok());
+  EXPECT_FALSE(r.pass) << "a causal result passed as non-causal: " << r.message;
+  ASSERT_TRUE(check::run_check(buf, 14, 0, &r).ok());
+  EXPECT_TRUE(r.pass) << r.message;
+}
+
+// seqlen_k == 0: every row sees no key, so O = 0 and LSE = -inf (and nothing is NaN).
+TEST_P(PerKernel, EmptyKeysGiveZeroOutput) {
+  HFA_SKIP_WITHOUT_GPU();
+  check::Config c;
+  c.kernel = GetParam();
+  c.head_dim = compiled_head_dims()[0];
+  c.seqlen_q = 70;
+  c.seqlen_k = 0;
+  c.heads_q = 4;
+  c.heads_kv = 2;
+  check::CheckResult r;
+  ASSERT_TRUE(check::run_check(c, 15, 0, &r).ok());
+  EXPECT_TRUE(r.pass) << r.message;
+  EXPECT_EQ(r.masked_row_errors, 0);
+}
+
+// Results are identical from run to run (no races, no order-dependent reductions).
+TEST_P(PerKernel, Deterministic) {
+  HFA_SKIP_WITHOUT_GPU();
+  check::Config c;
+  c.kernel = GetParam();
+  c.head_dim = compiled_head_dims().back();
+  c.batch = 2;
+  c.seqlen_q = 300;
+  c.seqlen_k = 333;
+  c.heads_q = 4;
+  c.heads_kv = 2;
+  c.causal = true;
+  check::DeviceBuffers buf;
+  ASSERT_TRUE(buf.allocate(c).ok());
+  ASSERT_TRUE(buf.fill_random(16).ok());
+  std::vector<std::vector<char>> outs;
+  for (int run = 0; run < 3; ++run) {
+    ASSERT_TRUE(buf.poison_outputs().ok());
+    ASSERT_TRUE(forward(buf.forward_args()).ok());
+    std::vector<char> o(buf.o.alloc_elems * 2), l(buf.lse.alloc_elems * 4);
+    ASSERT_EQ(cudaMemcpy(o.data(), buf.o.data, o.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(l.data(), buf.lse.data, l.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    o.insert(o.end(), l.begin(), l.end());
+    outs.push_back(std::move(o));
+  }
+  EXPECT_TRUE(outs[0] == outs[1] && outs[1] == outs[2]);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKernels, PerKernel, ::testing::ValuesIn(kernel_names()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace hfa::testing
