@@ -3,11 +3,15 @@
 #   1. GPU tests (every kernel over the test matrix), CPU tests, the hfa-bench CLI test
 #   2. compute-sanitizer memcheck, racecheck and synccheck on each kernel in $SANITIZE_KERNELS
 #   3. the seeds' sweep with --check for each kernel in $SWEEP_KERNELS, JSON under $OUT
-# Logs go to $OUT (default ./gpu-check-out) as few files: summary.txt, steps.log, sweep-*.json,
-# sweep-*.txt. Builds first unless $HFA_BUILD_DIR already holds working binaries (carried builds).
+#   4. the torch binding: pip install (one command), its pytest suite
+#   5. python/bench_peers.py: $PEER_KERNELS next to cuDNN, torch's FA2 and the cuBLAS GEMM
+# Logs go to $OUT (default ./gpu-check-out) as few files (the device tool returns at most 8):
+# summary.txt, steps.log, tables.txt, sweep-<kernel>.json, peers.json, peers.png.
+# Builds first unless $HFA_BUILD_DIR already holds working binaries (carried builds).
 #
 # Environment: OUT, HFA_BUILD_DIR (default build), HFA_COMMIT (recorded in the JSON),
-#   STEPS (default "tests sanitize sweep"), SANITIZE_KERNELS (default "k1 k2"),
+#   STEPS (default "tests sanitize sweep python peers"), SANITIZE_KERNELS (default "k1 k2"),
+#   PEER_KERNELS (default "k2,k1"), PEER_ARGS (extra bench_peers.py args),
 #   SWEEP_KERNELS (default "k2 k1"), SWEEP_ARGS_<kernel> (extra hfa-bench args for that kernel's sweep).
 # k1 is timed with 5 iterations: it takes seconds per call at s=16k (materialized S), and 35
 # calls x 36 configurations would not fit a 10-minute device call.
@@ -15,7 +19,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-check-out}
 build=${HFA_BUILD_DIR:-$root/build}
-steps=${STEPS:-tests sanitize sweep}
+steps=${STEPS:-tests sanitize sweep python peers}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$build:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export HFA_COMMIT=${HFA_COMMIT:-$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
@@ -71,10 +75,24 @@ if [[ " $steps " == *" sweep "* ]]; then
   : "${SWEEP_ARGS_k1=--iters 5 --warmup 1}"
   for kernel in ${SWEEP_KERNELS:-k2 k1}; do
     args_var="SWEEP_ARGS_$kernel"
-    step "sweep-$kernel" bash -c "'$bench' $kernel --sweep --check ${!args_var:-} \
-      --json '$out/sweep-$kernel.json' > '$out/sweep-$kernel.txt'"
-    cat "$out/sweep-$kernel.txt" 2>/dev/null
+    step "sweep-$kernel" bash -c "set -o pipefail; '$bench' $kernel --sweep --check ${!args_var:-} \
+      --json '$out/sweep-$kernel.json' | tee -a '$out/tables.txt'"
   done
+fi
+
+if [[ " $steps " == *" python "* ]]; then
+  # --no-build-isolation: build against the torch already installed; the library is the one in
+  # $build (HFA_BUILD_DIR), not a rebuild.
+  step python-install env HFA_BUILD_DIR="$build" python3 -m pip install -q --no-deps \
+    --no-build-isolation "$root/python"
+  step python-tests bash -c "cd /tmp && python3 -m pytest -q -p no:cacheprovider '$root/python/tests'"
+fi
+
+if [[ " $steps " == *" peers "* ]]; then
+  # shellcheck disable=SC2086
+  step peers bash -c "set -o pipefail; cd /tmp && PYTHONUNBUFFERED=1 python3 '$root/python/bench_peers.py' \
+    --kernels '${PEER_KERNELS:-k2,k1}' ${PEER_ARGS:-} --json '$out/peers.json' \
+    --plot '$out/peers.png' | tee -a '$out/tables.txt'"
 fi
 
 echo

@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""hfa next to what people use today, in one process on one GPU.
+
+For the DESIGN.md sweep (s = 512..16384, batch = 16384/s, heads = 2048/d, d in {64,128,256},
+causal in {0,1}) times, per configuration and interleaved so that clock drift hits all alike:
+  - the hfa kernels named by --kernels (e.g. k1,k2,auto)
+  - torch SDPA with the cuDNN backend ("cudnn") and with the FLASH backend ("torch_flash", FA2)
+  - once per run, the cuBLAS bf16 GEMM 8192^3 ceiling ("cublas_gemm")
+Writes a table (each hfa kernel's TFLOPS and its ratio to cudnn), JSON in the DESIGN.md schema,
+and PNG plots (TFLOPS vs seqlen, one line per implementation, one panel per (d, causal)).
+
+Timing: CUDA events around each call, L2 flushed before each, median of --iters after --warmup;
+a configuration whose first call takes long gets fewer iterations (--max-seconds), noted as
+"iters" in its JSON row.
+
+  python bench_peers.py --kernels k2 --json out.json --plot out.png
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import hfa
+
+PEERS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "torch_flash": SDPBackend.FLASH_ATTENTION}
+
+
+def sweep(head_dims, seqlens):
+    for d in head_dims:
+        for causal in (False, True):
+            for s in seqlens:
+                yield dict(d=d, causal=causal, s=s, batch=max(1, 16384 // s), heads=2048 // d)
+
+
+class Timer:
+    def __init__(self, warmup, iters, max_seconds):
+        self.warmup, self.iters, self.max_seconds = warmup, iters, max_seconds
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        self.flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+
+    def median_ms(self, fn):
+        """Median ms of fn() with a cold L2; returns (ms, iterations)."""
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def once():
+            self.flush.zero_()
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            return start.elapsed_time(stop)
+
+        first = once()
+        iters = self.iters
+        if first * 1e-3 * (self.warmup + self.iters) > self.max_seconds:
+            iters = max(5, int(self.max_seconds / (first * 1e-3)))
+            warmup = 1
+        else:
+            warmup = self.warmup
+        for _ in range(warmup):
+            once()
+        return statistics.median(once() for _ in range(iters)), iters
+
+
+def attention_flops(c):
+    f = 4.0 * c["batch"] * c["heads"] * c["s"] * c["s"] * c["d"]
+    return f / 2 if c["causal"] else f
+
+
+def row(impl, c, dtype, ms, iters, error=None, kind="fwd"):
+    tflops = attention_flops(c) / (ms * 1e-3) / 1e12 if ms else None
+    r = dict(impl=impl, kind=kind, dtype=dtype, d=c["d"], causal=c["causal"], seqlen_q=c["s"],
+             seqlen_k=c["s"], batch=c["batch"], heads_q=c["heads"], heads_kv=c["heads"],
+             ms=ms, tflops=tflops, gbps=None, check=None, iters=iters)
+    if error:
+        r["error"] = error
+    return r
+
+
+def bench_config(c, impls, dtype, timer):
+    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    shape = (c["batch"], c["s"], c["heads"], c["d"])
+    q, k, v = (torch.randn(shape, device="cuda", dtype=tdtype) for _ in range(3))
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA's (b, h, s, d) view of BSHD
+    rows = []
+    for impl in impls:
+        if impl in PEERS:
+            def fn(impl=impl):
+                with sdpa_kernel(PEERS[impl]):
+                    F.scaled_dot_product_attention(qt, kt, vt, is_causal=c["causal"])
+        else:
+            def fn(impl=impl):
+                hfa.attention(q, k, v, causal=c["causal"], kernel=impl)
+        try:
+            ms, iters = timer.median_ms(fn)
+            rows.append(row(impl, c, dtype, ms, iters))
+        except (RuntimeError, ValueError) as e:  # a backend that cannot run this configuration
+            rows.append(row(impl, c, dtype, None, 0, error=str(e).splitlines()[0][:300]))
+    return rows
+
+
+def gemm_row(timer):
+    n = 8192
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    ms, iters = timer.median_ms(lambda: a @ b)
+    return dict(impl="cublas_gemm", kind="gemm", dtype="bf16", d=None, causal=None, seqlen_q=n,
+                seqlen_k=n, batch=1, heads_q=None, heads_kv=None, ms=ms,
+                tflops=2.0 * n ** 3 / (ms * 1e-3) / 1e12, gbps=None, check=None, iters=iters)
+
+
+def print_table(rows, kernels):
+    gemm = next((r for r in rows if r["impl"] == "cublas_gemm"), None)
+    if gemm:
+        print(f"cublas_gemm bf16 8192^3: {gemm['tflops']:.1f} TFLOPS")
+    impls = [i for i in dict.fromkeys(r["impl"] for r in rows) if i != "cublas_gemm"]
+    head = f"{'d':>4} {'causal':>6} {'seqlen':>6} " + " ".join(f"{i:>11}" for i in impls)
+    head += "".join(f" {k + '/cudnn':>12}" for k in kernels)
+    print(head)
+    by_cfg = {}
+    for r in rows:
+        if r["kind"] == "fwd":
+            by_cfg.setdefault((r["d"], r["causal"], r["seqlen_q"]), {})[r["impl"]] = r
+    ratios = {k: [] for k in kernels}
+    for (d, causal, s), by_impl in by_cfg.items():
+        line = f"{d:>4} {int(causal):>6} {s:>6} "
+        line += " ".join(f"{by_impl[i]['tflops']:>11.2f}" if by_impl.get(i, {}).get("tflops")
+                         else f"{'-':>11}" for i in impls)
+        base = by_impl.get("cudnn", {}).get("tflops")
+        for k in kernels:
+            t = by_impl.get(k, {}).get("tflops")
+            if t and base:
+                ratios[k].append(t / base)
+                line += f" {t / base:>12.3f}"
+            else:
+                line += f" {'-':>12}"
+        print(line)
+    for k, rs in ratios.items():
+        if rs:
+            geo = math.exp(sum(math.log(x) for x in rs) / len(rs))
+            print(f"{k}: geometric mean {geo:.3f}x cudnn over {len(rs)} configurations, "
+                  f"min {min(rs):.3f}x")
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fwd = [r for r in rows if r["kind"] == "fwd" and r["tflops"]]
+    dims = sorted({r["d"] for r in fwd})
+    gemm = next((r["tflops"] for r in rows if r["impl"] == "cublas_gemm"), None)
+    fig, axes = plt.subplots(len(dims), 2, figsize=(11, 3.6 * len(dims)), squeeze=False)
+    for i, d in enumerate(dims):
+        for j, causal in enumerate((False, True)):
+            ax = axes[i][j]
+            for impl in dict.fromkeys(r["impl"] for r in fwd):
+                pts = sorted((r["seqlen_q"], r["tflops"]) for r in fwd
+                             if r["impl"] == impl and r["d"] == d and r["causal"] == causal)
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", label=impl)
+            if gemm:
+                ax.axhline(gemm, color="gray", linestyle="--", label="cublas_gemm")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"forward, d={d}, causal={int(causal)}")
+            ax.set_xlabel("seqlen (batch = 16384 / seqlen)")
+            ax.set_ylabel("TFLOPS")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+    fig.suptitle(f"{torch.cuda.get_device_name()}  {datetime.date.today()}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernels", default="auto", help="comma-separated hfa kernels (see hfa.list_kernels())")
+    ap.add_argument("--peers", default="cudnn,torch_flash,cublas_gemm")
+    ap.add_argument("--headdims", default="64,128,256")
+    ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--max-seconds", type=float, default=20.0,
+                    help="time budget per (configuration, implementation); slower ones get fewer iterations (at least 5)")
+    ap.add_argument("--bwd", action="store_true", help="backward pass (hfa has no backward yet)")
+    ap.add_argument("--json", help="write rows in the DESIGN.md schema")
+    ap.add_argument("--plot", help="write a PNG")
+    args = ap.parse_args()
+    if args.bwd:
+        sys.exit("bench_peers: --bwd: hfa has no backward pass yet (issue 6); nothing to compare")
+
+    kernels = [k for k in args.kernels.split(",") if k]
+    peers = [p for p in args.peers.split(",") if p]
+    known = {k["name"] for k in hfa.list_kernels()} | {"auto"}
+    for k in kernels:
+        if k not in known:
+            sys.exit(f"bench_peers: unknown hfa kernel {k!r}; available: {sorted(known)}")
+    for p in peers:
+        if p not in PEERS and p != "cublas_gemm":
+            sys.exit(f"bench_peers: unknown peer {p!r}; available: cudnn, torch_flash, cublas_gemm")
+
+    torch.manual_seed(0)
+    timer = Timer(args.warmup, args.iters, args.max_seconds)
+    rows = []
+    if "cublas_gemm" in peers:
+        rows.append(gemm_row(timer))
+    configs = list(sweep([int(x) for x in args.headdims.split(",")],
+                         [int(x) for x in args.seqlens.split(",")]))
+    attn_impls = kernels + [p for p in peers if p in PEERS]
+    for n, c in enumerate(configs, 1):
+        new = bench_config(c, attn_impls, args.dtype, timer)
+        rows += new
+        done = "  ".join(f"{r['impl']} {r['tflops']:.1f}" if r["tflops"] else f"{r['impl']} -" for r in new)
+        print(f"[{n}/{len(configs)}] d={c['d']} causal={int(c['causal'])} s={c['s']}: {done}",
+              file=sys.stderr, flush=True)
+
+    print_table(rows, kernels)
+    if args.json:
+        commit = os.environ.get("HFA_COMMIT") or subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
+        doc = dict(gpu=torch.cuda.get_device_name(),
+                   date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                   commit=commit, command="python " + " ".join(sys.argv), rows=rows)
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"bench_peers: wrote {args.json}", file=sys.stderr)
+    if args.plot:
+        plot(rows, args.plot)
+        print(f"bench_peers: wrote {args.plot}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

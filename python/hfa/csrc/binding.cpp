@@ -1,0 +1,107 @@
+// The torch binding: torch tensors -> hfa::TensorView, then the C++ API. Nothing else lives here:
+// validation is the library's (its messages become Python exceptions), dispatch too.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/extension.h>
+
+#include <hfa/hfa.h>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace {
+
+// hfa's dtypes; anything else is rejected here with the argument's name, since hfa::DType cannot
+// even express it.
+hfa::DType to_hfa_dtype(const at::Tensor& t, const char* name) {
+  switch (t.scalar_type()) {
+    case at::kBFloat16: return hfa::DType::kBF16;
+    case at::kHalf: return hfa::DType::kFP16;
+    case at::kFloat: return hfa::DType::kFP32;
+    default:
+      throw std::invalid_argument(std::string(name) + ": dtype " + std::string(c10::toString(t.scalar_type())) +
+                                  " is not supported; use bfloat16 or float16");
+  }
+}
+
+hfa::TensorView to_view(const at::Tensor& t, const char* name, const at::Device& device) {
+  if (!t.is_cuda() || t.device() != device)
+    throw std::invalid_argument(std::string(name) + ": tensor is on " + t.device().str() +
+                                "; hfa needs CUDA tensors, all on q's device (" + device.str() + ")");
+  if (t.dim() > hfa::kMaxRank)
+    throw std::invalid_argument(std::string(name) + ": expected at most 4 dimensions, got " +
+                                std::to_string(t.dim()));
+  hfa::TensorView v;
+  v.data = t.data_ptr();
+  v.dtype = to_hfa_dtype(t, name);
+  v.rank = static_cast<int>(t.dim());
+  for (int i = 0; i < v.rank; ++i) {
+    v.shape[i] = t.size(i);
+    v.stride[i] = t.stride(i);
+  }
+  return v;
+}
+
+void throw_if_error(const hfa::Status& st) {
+  if (st.ok()) return;
+  if (st.code == hfa::StatusCode::kInvalidArgument || st.code == hfa::StatusCode::kUnsupported)
+    throw std::invalid_argument(st.message);  // ValueError in Python
+  throw std::runtime_error(std::string(hfa::to_string(st.code)) + ": " + st.message);
+}
+
+// Writes out (and lse, if given) in place; the Python custom op allocates them.
+void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
+             std::optional<at::Tensor> lse, bool causal, std::optional<double> softmax_scale,
+             const std::string& kernel) {
+  if (!q.is_cuda())
+    throw std::invalid_argument("q: tensor is on " + q.device().str() + "; hfa needs CUDA tensors");
+  const at::Device device = q.device();
+  const c10::cuda::CUDAGuard guard(device);
+  hfa::ForwardArgs args;
+  args.q = to_view(q, "q", device);
+  args.k = to_view(k, "k", device);
+  args.v = to_view(v, "v", device);
+  args.out = to_view(out, "out", device);
+  if (lse) args.lse = to_view(*lse, "lse", device);
+  args.causal = causal;
+  if (softmax_scale) args.softmax_scale = static_cast<float>(*softmax_scale);
+  args.kernel = kernel;
+  throw_if_error(hfa::forward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
+}
+
+std::string select_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          at::Tensor& out, bool causal) {
+  const c10::cuda::CUDAGuard guard(q.device());
+  hfa::ForwardArgs args;
+  args.q = to_view(q, "q", q.device());
+  args.k = to_view(k, "k", q.device());
+  args.v = to_view(v, "v", q.device());
+  args.out = to_view(out, "out", q.device());
+  args.causal = causal;
+  std::string name;
+  throw_if_error(hfa::select_kernel(args, &name));
+  return name;
+}
+
+pybind11::list list_kernels() {
+  pybind11::list out;
+  for (const hfa::KernelInfo& k : hfa::list_kernels()) {
+    pybind11::dict d;
+    d["name"] = k.name;
+    d["description"] = k.description;
+    d["supports"] = k.supports;
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "hfa: exact attention for NVIDIA GPUs (the C++ library's thin torch binding)";
+  m.def("forward", &forward, "attention forward into preallocated out (and lse)");
+  m.def("select_kernel", &select_kernel, "the kernel 'auto' runs for these arguments");
+  m.def("list_kernels", &list_kernels, "every kernel of the library");
+}

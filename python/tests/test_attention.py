@@ -1,0 +1,174 @@
+"""hfa's torch binding against torch SDPA's math backend, its error paths, and torch.compile.
+
+Tolerance (DESIGN.md): max|hfa - ref| <= 2 * max|base - ref| + atol, where ref is the math backend
+on fp64-upcast inputs (bottom-right causal mask built explicitly) and base is attention computed
+straightforwardly in the inputs' dtype (bf16/fp16 matmuls, fp32 softmax).
+"""
+import math
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import hfa
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+
+KERNELS = [k["name"] for k in hfa.list_kernels()] + ["auto"]
+ATOL = {torch.bfloat16: 1 / 512, torch.float16: 1 / 4096}
+
+
+def bottom_right_mask(sq, sk, device):
+    i = torch.arange(sq, device=device)[:, None]
+    j = torch.arange(sk, device=device)[None, :]
+    return j <= i + (sk - sq)
+
+
+def sdpa_math(q, k, v, causal, scale):
+    """The reference: (batch, seqlen, heads, d) in and out, SDPA's math backend, bottom-right
+    causal. Rows that see no key come back as 0 (SDPA gives NaN there), hfa's definition."""
+    sq, sk, hq, hkv = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    mask = bottom_right_mask(sq, sk, q.device) if causal else None
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    with sdpa_kernel(SDPBackend.MATH):
+        o = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=scale,
+                                           enable_gqa=hq != hkv)
+    o = o.transpose(1, 2)
+    if mask is not None:
+        o = o.masked_fill(~mask.any(dim=1)[None, :, None, None], 0.0)
+    return o
+
+
+def straightforward(q, k, v, causal, scale):
+    """The tolerance baseline: attention as a framework computes it in the inputs' dtype: scores
+    from a bf16/fp16 matmul, softmax in fp32, P cast to the dtype, P V as a bf16/fp16 matmul."""
+    sq, sk, hq, hkv = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    kr, vr = (x.repeat_interleave(hq // hkv, dim=2).transpose(1, 2) for x in (k, v))
+    s = (q.transpose(1, 2) @ kr.transpose(-1, -2)).float() * scale
+    if causal:
+        s = s.masked_fill(~bottom_right_mask(sq, sk, q.device), float("-inf"))
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0).to(q.dtype)
+    return (p @ vr).transpose(1, 2)
+
+
+def reference_lse(q, k, causal, scale):
+    sq, sk, hq, hkv = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    kr = k.double().repeat_interleave(hq // hkv, dim=2)
+    s = torch.einsum("bihd,bjhd->bhij", q.double(), kr) * scale
+    if causal:
+        s = s.masked_fill(~bottom_right_mask(sq, sk, q.device), float("-inf"))
+    return torch.logsumexp(s, dim=-1)  # -inf for rows with no visible key
+
+
+def random_case(rng):
+    d = rng.choice([64, 128, 256])
+    hkv = rng.choice([1, 2, 3])
+    hq = hkv * rng.choice([1, 2, 6, 8])
+    return dict(b=rng.choice([1, 2]), sq=rng.choice([1, 17, 129, 300, 1000]),
+                sk=rng.choice([1, 17, 129, 257, 1000]), hq=hq, hkv=hkv, d=d,
+                causal=rng.choice([False, True]),
+                dtype=rng.choice([torch.bfloat16, torch.float16]))
+
+
+CASES = [random_case(random.Random(seed)) for seed in range(24)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "b{b}_sq{sq}_sk{sk}_h{hq}x{hkv}_d{d}_c{causal:d}_{dtype}".format(**c).replace("torch.", ""))
+@pytest.mark.parametrize("kernel", ["auto", "k1"])
+def test_forward_matches_sdpa_math(case, kernel):
+    torch.manual_seed(hash((kernel, str(case))) % 2**31)
+    b, sq, sk, hq, hkv, d = (case[x] for x in ("b", "sq", "sk", "hq", "hkv", "d"))
+    dt, causal = case["dtype"], case["causal"]
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt)
+    k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dt)
+    v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dt)
+    scale = 1 / math.sqrt(d)
+    out, lse = hfa.attention(q, k, v, causal=causal, kernel=kernel, return_lse=True)
+    ref = sdpa_math(q.double(), k.double(), v.double(), causal, scale)
+    base = straightforward(q, k, v, causal, scale).double()
+    err = (out.double() - ref).abs().max().item()
+    base_err = (base - ref).abs().max().item()
+    assert not out.isnan().any()
+    assert err <= 2 * base_err + ATOL[dt], f"err {err:.3e} > 2 * {base_err:.3e} + atol"
+    ref_lse = reference_lse(q, k, causal, scale)
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isneginf(lse), ~finite), "rows with no key must have LSE = -inf"
+    if finite.any():
+        assert (lse.double() - ref_lse)[finite].abs().max().item() < 1e-3
+
+
+def test_non_contiguous_layouts():
+    # q, k, v as slices of one packed (b, s, 3, h, d) buffer, and a (b, h, s, d) transposed view.
+    qkv = torch.randn(2, 100, 3, 4, 64, device="cuda", dtype=torch.bfloat16)
+    q, k, v = qkv.unbind(2)
+    out = hfa.attention(q, k, v, causal=True)
+    ref = sdpa_math(q.double(), k.double(), v.double(), True, 1 / 8)
+    assert (out.double() - ref).abs().max().item() < 2e-2
+    qt = torch.randn(2, 4, 100, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    out = hfa.attention(qt, qt, qt)
+    ref = sdpa_math(qt.double(), qt.double(), qt.double(), False, 1 / 8)
+    assert (out.double() - ref).abs().max().item() < 2e-2
+
+
+def test_softmax_scale():
+    q, k, v = (torch.randn(1, 50, 2, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    out = hfa.attention(q, k, v, softmax_scale=0.3)
+    ref = sdpa_math(q.double(), k.double(), v.double(), False, 0.3)
+    assert (out.double() - ref).abs().max().item() < 4e-3
+
+
+def _qkv(**over):
+    t = dict(q=(1, 64, 4, 64), k=(1, 64, 2, 64), v=(1, 64, 2, 64))
+    t.update(over)
+    return [torch.randn(*t[n], device="cuda", dtype=torch.bfloat16) for n in ("q", "k", "v")]
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda q, k, v: (q.cpu(), k, v), "q: tensor is on cpu"),
+    (lambda q, k, v: (q, k.cpu(), v), "k: tensor is on cpu"),
+    (lambda q, k, v: (q.float(), k.float(), v.float()), "q: dtype fp32 is not supported"),
+    (lambda q, k, v: (q.double(), k, v), "q: dtype Double is not supported"),
+    (lambda q, k, v: (q, k.half(), v), "k: dtype fp16 does not match q's dtype bf16"),
+    (lambda q, k, v: (q, k, v[:, :32]), "v: shape is 32 but k's is 64"),
+    (lambda q, k, v: (q[..., ::2], k[..., ::2], v[..., ::2]), "q: head_dim stride is 2"),
+    (lambda q, k, v: (q[:, :, :3], k, v), "heads_q (3) must be a multiple of heads_kv (2)"),
+    (lambda q, k, v: (q[0], k, v), "q: expected rank 4"),
+])
+def test_errors_carry_the_library_message(mutate, message):
+    q, k, v = mutate(*_qkv())
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        hfa.attention(q, k, v)
+
+
+def test_unknown_and_unsupported_kernel():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match='unknown kernel "k42"'):
+        hfa.attention(q, k, v, kernel="k42")
+    q, k, v = _qkv(q=(1, 64, 4, 96), k=(1, 64, 2, 96), v=(1, 64, 2, 96))
+    with pytest.raises(ValueError, match='head_dim: 96 is not supported by kernel "k2"'):
+        hfa.attention(q, k, v, kernel="k2")
+
+
+def test_list_and_select_kernel():
+    names = [k["name"] for k in hfa.list_kernels()]
+    assert names[:2] == ["k1", "k2"]
+    q, k, v = _qkv()
+    assert hfa.select_kernel(q, k, v) in names
+
+
+def test_torch_compile_fullgraph_matches_eager():
+    q, k, v = _qkv()
+
+    def block(q, k, v):
+        return hfa.attention(q * 0.5, k, v, causal=True).float().sum(dim=-1)
+
+    eager = block(q, k, v)
+    compiled = torch.compile(block, fullgraph=True)(q, k, v)
+    torch.testing.assert_close(compiled, eager)
+
+
+def test_opcheck():
+    q, k, v = _qkv()
+    torch.library.opcheck(torch.ops.hfa.attention_fwd.default, (q, k, v, True, None, "auto"))
