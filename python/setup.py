@@ -23,14 +23,17 @@ if not libs:
     subprocess.check_call(["cmake", "--build", str(build), "--target", "hfa"])
     libs = sorted(build.glob("libhfa.so*"))
 for lib in libs:  # libhfa.so, .so.0, .so.0.1.0: keep the symlinks' targets as files
-    shutil.copy2(lib, here / "hfa" / lib.name, follow_symlinks=True)
+    shutil.copy2(lib, here / "src" / "hfa" / lib.name, follow_symlinks=True)
 
 setup(
+    # src layout: running a script from python/ (bench_peers.py) imports the installed package,
+    # not this source folder.
+    package_dir={"": "src"},
     packages=["hfa"],
     package_data={"hfa": ["libhfa.so*"]},
     ext_modules=[CUDAExtension(
         name="hfa._C",
-        sources=["hfa/csrc/binding.cpp"],
+        sources=["src/hfa/csrc/binding.cpp"],
         include_dirs=[str(root / "include")],
         library_dirs=[str(build)],
         libraries=["hfa"],
