@@ -6,7 +6,7 @@
 // threads of a row group own one query row: each computes 16 of the tile's 64 scores and a quarter
 // of the row's head_dim in O, and the group combines row max / row sum with two shuffles.
 //
-// Shared memory (bytes at d=128: 17 KB + 17 KB + 17 KB):
+// Shared memory (d=128: 17 KB + 17 KB + 17 KB = 51 KB):
 //   sQ  (64, d)  Q tile, loaded once
 //   sKV (64, d)  K_j, then overwritten with V_j in the same iteration (K_j is dead once S_j is built)
 //   sS  (64, 64) fp32, S_j, overwritten in place by P_j
