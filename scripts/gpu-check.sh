@@ -10,7 +10,7 @@
 # Builds first unless $HFA_BUILD_DIR already holds working binaries (carried builds).
 #
 # Environment: OUT, HFA_BUILD_DIR (default build), HFA_COMMIT (recorded in the JSON),
-#   STEPS (default "tests sanitize sweep python peers"), SANITIZE_KERNELS (default "k1 k2"),
+#   STEPS (default "sass tests sanitize sweep python peers"), SANITIZE_KERNELS (default: all),
 #   PEER_KERNELS (default "k2,k1"), PEER_ARGS (extra bench_peers.py args),
 #   SWEEP_KERNELS (default "k2 k1"), SWEEP_ARGS_<kernel> (extra hfa-bench args for that kernel's sweep).
 # k1 is timed with 5 iterations: it takes seconds per call at s=16k (materialized S), and 35
@@ -19,7 +19,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-check-out}
 build=${HFA_BUILD_DIR:-$root/build}
-steps=${STEPS:-tests sanitize sweep python peers}
+steps=${STEPS:-sass tests sanitize sweep python peers}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$build:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export HFA_COMMIT=${HFA_COMMIT:-$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
@@ -52,6 +52,11 @@ if ! "$build/tests/hfa_gpu_tests" --gtest_list_tests >/dev/null 2>&1; then
     -DCMAKE_BUILD_TYPE=Release && cmake --build '$build' -j $(nproc)"
 fi
 
+if [[ " $steps " == *" sass "* ]]; then
+  step sass "$root/scripts/sass_report.sh" "$build/libhfa.so"
+  grep -E "HGMMA|k[34]" "$steps_log" | tail -40 >>"$summary" || true
+fi
+
 if [[ " $steps " == *" tests "* ]]; then
   step gpu-tests "$build/tests/hfa_gpu_tests"
   step cpu-tests "$build/tests/hfa_cpu_tests"
@@ -61,7 +66,7 @@ fi
 if [[ " $steps " == *" sanitize "* ]]; then
   # Small shapes that still cover ragged tiles, seqlen_q != seqlen_k, GQA and causal.
   for tool in memcheck racecheck synccheck; do
-    for kernel in ${SANITIZE_KERNELS:-k1 k2}; do
+    for kernel in ${SANITIZE_KERNELS:-k1 k2 k3_1 k3_2 k3_3 k4_qk k4}; do
       for d in 64 256; do
         step "sanitize-$tool-$kernel-d$d" compute-sanitizer --tool "$tool" --error-exitcode 3 \
           "$bench" "$kernel" --seqlen 130 --seqlen-k 200 --headdim "$d" --batch 1 --heads 4 \

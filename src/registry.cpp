@@ -4,7 +4,9 @@ namespace hfa {
 
 const std::vector<KernelEntry>& registry() {
   // Explicit list (no static-initializer self-registration, which static linking can drop).
-  static const std::vector<KernelEntry> entries = {k1_entry(), k2_entry()};
+  static const std::vector<KernelEntry> entries = {k1_entry(), k2_entry(), k3_1_entry(),
+                                                     k3_2_entry(), k3_3_entry(), k4_qk_entry(),
+                                                     k4_entry()};
   return entries;
 }
 

@@ -29,5 +29,10 @@ const KernelEntry* find_kernel(const std::string& name);
 // Each kernel folder defines its entry.
 KernelEntry k1_entry();
 KernelEntry k2_entry();
+KernelEntry k3_1_entry();
+KernelEntry k3_2_entry();
+KernelEntry k3_3_entry();
+KernelEntry k4_qk_entry();
+KernelEntry k4_entry();
 
 }  // namespace hfa

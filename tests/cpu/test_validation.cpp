@@ -235,14 +235,44 @@ TEST(Validation, SoftmaxScaleMustBeFinite) {
   EXPECT_FLOAT_EQ(p.softmax_scale, 1.0f / std::sqrt(static_cast<float>(kD)));
 }
 
-TEST(Validation, AutoPicksARegisteredKernel) {
+TEST(Validation, AutoPicksTheFastestSupportingKernel) {
   FwdProblem p;
   ASSERT_TRUE(normalize_forward(valid_args(), &p).ok());
   const KernelEntry* kernel = nullptr;
   ASSERT_TRUE(select_kernel_for("auto", p, hopper(), &kernel).ok());
   ASSERT_NE(kernel, nullptr);
-  EXPECT_GT(kernel->auto_priority, 0);
-  EXPECT_EQ(kernel->name, "k2");  // today's fastest; update when a faster kernel lands
+  EXPECT_EQ(kernel->name, "k4");  // today's fastest on Hopper; update when a faster kernel lands
+  DeviceInfo ampere = hopper();
+  ampere.cc_major = 8;
+  ampere.cc_minor = 0;
+  ASSERT_TRUE(select_kernel_for("auto", p, ampere, &kernel).ok());
+  EXPECT_EQ(kernel->name, "k2");  // sm90a kernels cannot run there
+}
+
+TEST(Validation, HopperKernelsNeedHopper) {
+  DeviceInfo ampere = hopper();
+  ampere.cc_major = 8;
+  ampere.cc_minor = 6;
+  for (const char* k : {"k3_1", "k3_2", "k3_3", "k4_qk", "k4"}) {
+    ForwardArgs a = valid_args();
+    a.kernel = k;
+    EXPECT_TRUE(plan(a).ok()) << k << ": " << plan(a).message;
+    expect_error(plan(a, ampere), StatusCode::kUnsupported, {k, "Hopper", "8.6"});
+  }
+}
+
+TEST(Validation, ShapesThatDoNotFitSharedMemory) {
+  // 5 stages of 64 x 256 K and V tiles exceed 227 KB: k3_3 has no head_dim 256 configuration.
+  ForwardArgs a = valid_args();
+  for (TensorView* t : {&a.q, &a.k, &a.v, &a.out})
+    *t = make_tensor(t->data, t->dtype, {t->shape[0], t->shape[1], t->shape[2], 256});
+  a.kernel = "k3_3";
+  FwdProblem p;
+  ASSERT_TRUE(normalize_forward(a, &p).ok());
+  bool built = false;
+  for (int d : {HFA_HEAD_DIMS_INIT}) built = built || d == 256;
+  if (!built) GTEST_SKIP() << "head_dim 256 not in this build";
+  expect_error(plan(a), StatusCode::kUnsupported, {"k3_3", "256", "227 KB"});
 }
 
 TEST(Validation, NoDeviceIsAClearError) {

@@ -1,0 +1,155 @@
+// K3: K2's compute with its loads moved to TMA through an N-stage mbarrier ring (k3_1/k3_2/k3_3 =
+// 1/2/5 stages), and the skeleton K4.1 (k4_qk) reuses with Q K^T on WGMMA.
+//
+// One thread (thread 0) issues every TMA: Q once, then K_j and V_j into separate ring slots (sK,
+// sV: a stage's K and V coexist, unlike K2's shared sKV, because the producer may refill stage
+// j+1 while stage j's V is read). A stage's full barrier expects K bytes + V bytes. Every thread
+// releases a stage when done with it; thread 0 waits for all 256 releases before refilling it.
+// The compute is K2's (kernels/common/fa2_cuda_core.cuh) reading 128-byte-swizzled tiles.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "common/problem.h"
+#include "kernels/common/fa2_cuda_core.cuh"
+#include "kernels/sm90/common/element.cuh"
+#include "kernels/sm90/common/pipeline.cuh"
+#include "kernels/sm90/common/tile_scheduler.cuh"
+#include "kernels/sm90/common/tma.cuh"
+
+namespace hfa::k3 {
+
+using namespace hfa::fa2;
+
+// Reads 8-element chunks of a swizzled TMA tile (the swizzle moves whole 16-byte chunks).
+template <class Layout>
+struct SwizzledRows {
+  template <typename T>
+  __device__ static T* chunk(T* base, int row, int c8) {
+    return base + Layout{}(row, c8 * kElemsPer16B);
+  }
+};
+
+// QK policy of K3: scores on CUDA cores, straight from the swizzled tiles.
+template <typename T, int D>
+struct ScalarScores {
+  using E = typename sm90::CutlassElement<T>::type;
+  using Tile = SwizzledRows<sm90::TileLayout<E, kBlockM, D>>;
+  __device__ static void scores(const T* sQ, const T* sK, float* /*sS*/, int row, int part,
+                                float (&s)[kScoresPerThread]) {
+    score_row<T, D, Tile, Tile>(sQ, sK, row, part, s);
+  }
+};
+
+template <typename T, int D, int Stages>
+struct K3Config {
+  using E = typename sm90::CutlassElement<T>::type;
+  using Layout = sm90::TileLayout<E, kBlockM, D>;  // Q, K and V tiles alike (64 x D)
+  using Pipeline = sm90::TmaPipeline<Stages>;
+  static constexpr int kTileElems = sm90::kTileElems<E, kBlockM, D>;
+  static constexpr uint32_t kTileBytes = kTileElems * sizeof(E);
+
+  struct SharedStorage {
+    alignas(1024) E q[kTileElems];
+    alignas(1024) E k[Stages][kTileElems];
+    alignas(1024) E v[Stages][kTileElems];
+    alignas(16) float s[kBlockM * kSRow];
+    typename Pipeline::SharedStorage pipeline;
+    uint64_t q_full;
+  };
+  static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
+
+  struct Params {
+    FwdProblem problem;
+    sm90::TileTma<E, kBlockM, D> tma_q, tma_k, tma_v;
+  };
+};
+
+// Dynamic shared memory, aligned to 1024 bytes for the swizzled TMA tiles.
+template <class Storage>
+__device__ __forceinline__ Storage& shared_storage() {
+  extern __shared__ char smem_raw[];
+  const uintptr_t p = (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023};
+  return *reinterpret_cast<Storage*>(p);
+}
+
+template <typename T, int D, int Stages, class Scores>
+__global__ void __launch_bounds__(kThreads, 1)
+    k3_forward_kernel(const __grid_constant__ typename K3Config<T, D, Stages>::Params params) {
+  using Config = K3Config<T, D, Stages>;
+  using E = typename Config::E;
+  using Pipeline = typename Config::Pipeline;
+  using namespace cute;
+  auto& ss = shared_storage<typename Config::SharedStorage>();
+  const FwdProblem& p = params.problem;
+
+  const sm90::BlockCoord bc = sm90::SingleTileScheduler{}.block_coord();
+  const int q0 = bc.m_block * kBlockM, h = bc.head, b = bc.batch, hk = h / p.group_size();
+  const int row = threadIdx.x / kThreadsPerRow, part = threadIdx.x % kThreadsPerRow;
+  const int qi = q0 + row;
+  const int n_tiles = kv_tiles(p, q0, kBlockM, kBlockN);
+
+  if (threadIdx.x == 0) {
+    Pipeline::init(ss.pipeline, kThreads);
+    sm90::OnceBarrier::init(ss.q_full);
+  }
+  __syncthreads();
+
+  typename Pipeline::State producer = Pipeline::producer_start();
+  auto issue_kv = [&](int tile) {  // thread 0 only
+    Pipeline::producer_acquire(ss.pipeline, producer, 2 * Config::kTileBytes);
+    uint64_t& bar = Pipeline::full_barrier(ss.pipeline, producer);
+    auto layout = typename Config::Layout{};
+    sm90::load_tile<kBlockN, D>(params.tma_k, bar, make_tensor(make_smem_ptr(ss.k[producer.index]), layout),
+                                p.seqlen_k, p.heads_kv, p.batch, hk, b, tile);
+    sm90::load_tile<kBlockN, D>(params.tma_v, bar, make_tensor(make_smem_ptr(ss.v[producer.index]), layout),
+                                p.seqlen_k, p.heads_kv, p.batch, hk, b, tile);
+    producer.advance();
+  };
+  if (threadIdx.x == 0) {
+    sm90::OnceBarrier::arm(ss.q_full, Config::kTileBytes);
+    sm90::load_tile<kBlockM, D>(params.tma_q, ss.q_full,
+                                make_tensor(make_smem_ptr(ss.q), typename Config::Layout{}),
+                                p.seqlen_q, p.heads_q, p.batch, h, b, bc.m_block);
+    for (int tile = 0; tile < min(Stages, n_tiles); ++tile) issue_kv(tile);  // prefetch
+  }
+  sm90::OnceBarrier::wait(ss.q_full);
+
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  const T* sQ = reinterpret_cast<const T*>(ss.q);
+  RowState<D> st;
+  typename Pipeline::State consumer = Pipeline::consumer_start();
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    Pipeline::consumer_wait(ss.pipeline, consumer);
+    const T* sK = reinterpret_cast<const T*>(ss.k[consumer.index]);
+    const T* sV = reinterpret_cast<const T*>(ss.v[consumer.index]);
+    float s[kScoresPerThread];
+    Scores::scores(sQ, sK, ss.s, row, part, s);
+    scale_and_mask(s, p, scale_log2, tile * kBlockN, qi, part);
+    softmax_update(s, st, ss.s, row, part);
+    __syncwarp();  // the row group's P (its own row of sS) is visible to its 4 threads
+    accumulate_pv<T, D, typename ScalarScores<T, D>::Tile>(ss.s, sV, st, row, part);
+    Pipeline::consumer_release(ss.pipeline, consumer);
+    consumer.advance();
+    if (threadIdx.x == 0 && tile + Stages < n_tiles) issue_kv(tile + Stages);
+  }
+  if (qi < p.seqlen_q) write_row<T, D>(p, st, b, h, qi, part);
+}
+
+// Host side: descriptors and launch, for kernels built on this skeleton.
+template <typename T, int D, int Stages, class Scores>
+cudaError_t launch_k3_skeleton(const FwdProblem& p, cudaStream_t stream) {
+  using Config = K3Config<T, D, Stages>;
+  using E = typename Config::E;
+  typename Config::Params params;
+  params.problem = p;
+  sm90::make_attention_tmas<E, kBlockM, kBlockN, D>(p, &params.tma_q, &params.tma_k, &params.tma_v);
+  auto kernel = k3_forward_kernel<T, D, Stages, Scores>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Config::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  kernel<<<sm90::SingleTileScheduler::grid_shape(p, kBlockM), kThreads, Config::kSmemBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace hfa::k3

@@ -1,0 +1,199 @@
+// K4 (K4.2): both GEMMs on WGMMA. S = Q K^T from shared memory (SS), the online softmax on the
+// accumulator fragment (2 rows per thread, quad shuffles), P converted in registers and fed to
+// O += P V as the register A operand (RS), V read MN-major from the same swizzled tile the TMA
+// wrote K-major. Same one-thread TMA producer and mbarrier ring as K3.
+//
+// Two warpgroups (256 threads); each owns 64 of the tile's 128 query rows. Tile shapes per head
+// dim (what fits 227 KB of shared memory and 255 registers per thread):
+//   d = 64:  128 x 128 tiles, 5 stages    d = 128: 128 x 128, 3 stages    d = 256: 128 x 64, 2 stages
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "common/problem.h"
+#include "kernels/k3/k3_kernel.cuh"  // shared_storage()
+#include "kernels/k4/k4_launch.h"
+#include "kernels/sm90/common/element.cuh"
+#include "kernels/sm90/common/fragment_softmax.cuh"
+#include "kernels/sm90/common/mask.cuh"
+#include "kernels/sm90/common/pipeline.cuh"
+#include "kernels/sm90/common/tile_scheduler.cuh"
+#include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/common/wgmma.cuh"
+
+namespace hfa::k4 {
+
+template <typename T, int D>
+struct K4Config {
+  using E = typename sm90::CutlassElement<T>::type;
+  static constexpr int kBlockM = 128, kBlockN = block_n(D), kStages = stages(D);
+  static constexpr int kThreads = 256;  // 2 warpgroups
+  using QLayout = sm90::TileLayout<E, kBlockM, D>;
+  using KVLayout = sm90::TileLayout<E, kBlockN, D>;
+  // V^T (D, kBlockN) over V's K-major tile: element (d, n) is V(n, d). GMMA reads it MN-major.
+  using VtLayout = decltype(cute::composition(
+      KVLayout{}, cute::Layout<cute::Shape<cute::Int<D>, cute::Int<kBlockN>>,
+                               cute::Stride<cute::Int<kBlockN>, cute::_1>>{}));
+  using WarpgroupsAlongM = cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>;
+  using MmaQK = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<kBlockN>, cute::Int<D>>>(),
+      WarpgroupsAlongM{}));
+  using MmaPV = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<D>, cute::Int<kBlockN>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      WarpgroupsAlongM{}));
+  using Pipeline = sm90::TmaPipeline<kStages>;
+  static constexpr int kQElems = kBlockM * D, kKVElems = kBlockN * D;
+  static constexpr uint32_t kQBytes = kQElems * sizeof(E), kKVBytes = kKVElems * sizeof(E);
+
+  struct SharedStorage {
+    alignas(1024) E q[kQElems];
+    alignas(1024) E k[kStages][kKVElems];
+    alignas(1024) E v[kStages][kKVElems];
+    typename Pipeline::SharedStorage pipeline;
+    uint64_t q_full;
+  };
+  static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
+  static_assert(kSmemBytes <= smem_bytes(D), "k4_launch.h's smem_bytes() must bound the kernel's");
+
+  struct Params {
+    FwdProblem problem;
+    sm90::TileTma<E, kBlockM, D> tma_q;
+    sm90::TileTma<E, kBlockN, D> tma_k, tma_v;
+  };
+};
+
+// O (fp32 fragment, normalized) and LSE to global memory; rows past seqlen_q are dropped.
+template <typename T, class TO, class TC>
+__device__ __forceinline__ void store_output(const FwdProblem& p, TO& o_rc, TC& coord_rc,
+                                             const float* lse, int b, int h, int q0) {
+  using namespace cute;
+  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
+  CUTE_UNROLL
+  for (int r = 0; r < size<0>(o_rc); ++r) {
+    const int qi = q0 + get<0>(coord_rc(r, 0));
+    if (qi >= p.seqlen_q) continue;
+    T* orow = o + qi * p.o_row_stride;
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(o_rc); c += 2) {  // a thread's column pairs are adjacent
+      const int col = get<1>(coord_rc(r, c));
+      T pair[2] = {from_float<T>(o_rc(r, c)), from_float<T>(o_rc(r, c + 1))};
+      *reinterpret_cast<uint32_t*>(orow + col) = *reinterpret_cast<uint32_t*>(pair);
+    }
+    if (p.lse && threadIdx.x % 4 == 0)
+      p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + qi * p.lse_row_stride] = lse[r];
+  }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256, 1)
+    k4_forward_kernel(const __grid_constant__ typename K4Config<T, D>::Params params) {
+  using Config = K4Config<T, D>;
+  using E = typename Config::E;
+  using Pipeline = typename Config::Pipeline;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+  using namespace cute;
+  auto& ss = k3::shared_storage<typename Config::SharedStorage>();
+  const FwdProblem& p = params.problem;
+
+  const sm90::BlockCoord bc = sm90::SingleTileScheduler{}.block_coord();
+  const int q0 = bc.m_block * kBlockM, h = bc.head, b = bc.batch, hk = h / p.group_size();
+  const sm90::AttentionMask mask(p);
+  const sm90::KvRange range = sm90::AttentionMask::range(p, q0, kBlockM, kBlockN);
+
+  if (threadIdx.x == 0) {
+    Pipeline::init(ss.pipeline, Config::kThreads);
+    sm90::OnceBarrier::init(ss.q_full);
+  }
+  __syncthreads();
+
+  typename Pipeline::State producer = Pipeline::producer_start();
+  auto issue_kv = [&](int tile) {  // thread 0 only
+    Pipeline::producer_acquire(ss.pipeline, producer, 2 * Config::kKVBytes);
+    uint64_t& bar = Pipeline::full_barrier(ss.pipeline, producer);
+    auto layout = typename Config::KVLayout{};
+    sm90::load_tile<kBlockN, D>(params.tma_k, bar, make_tensor(make_smem_ptr(ss.k[producer.index]), layout),
+                                p.seqlen_k, p.heads_kv, p.batch, hk, b, tile);
+    sm90::load_tile<kBlockN, D>(params.tma_v, bar, make_tensor(make_smem_ptr(ss.v[producer.index]), layout),
+                                p.seqlen_k, p.heads_kv, p.batch, hk, b, tile);
+    producer.advance();
+  };
+  if (threadIdx.x == 0) {
+    sm90::OnceBarrier::arm(ss.q_full, Config::kQBytes);
+    sm90::load_tile<kBlockM, D>(params.tma_q, ss.q_full,
+                                make_tensor(make_smem_ptr(ss.q), typename Config::QLayout{}),
+                                p.seqlen_q, p.heads_q, p.batch, h, b, bc.m_block);
+    for (int tile = 0; tile < min(Config::kStages, range.n_tiles); ++tile) issue_kv(tile);
+  }
+
+  typename Config::MmaQK mma_qk;
+  typename Config::MmaPV mma_pv;
+  auto thr_qk = mma_qk.get_thread_slice(threadIdx.x);
+  auto thr_pv = mma_pv.get_thread_slice(threadIdx.x);
+  Tensor tSrQ = thr_qk.partition_fragment_A(make_tensor(make_smem_ptr(ss.q), typename Config::QLayout{}));
+  Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<D>>{});  // (MMA, MMA_M, MMA_N)
+  clear(tOrO);
+  Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  Tensor o_rc = sm90::as_rowcol(tOrO);
+  sm90::OnlineSoftmax<decltype(size<0>(o_rc))::value> softmax;
+  const float scale_log2 = p.softmax_scale * sm90::kLog2e;
+
+  sm90::OnceBarrier::wait(ss.q_full);
+  typename Pipeline::State consumer = Pipeline::consumer_start();
+  for (int tile = 0; tile < range.n_tiles; ++tile) {
+    Pipeline::consumer_wait(ss.pipeline, consumer);
+    Tensor tSrK = thr_qk.partition_fragment_B(
+        make_tensor(make_smem_ptr(ss.k[consumer.index]), typename Config::KVLayout{}));
+    Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    sm90::warpgroup_gemm</*kZeroInit=*/true>(mma_qk, tSrQ, tSrK, tSrS);
+
+    // Scale to log2 units; mask only the tiles that cross the diagonal or the end of the keys.
+    Tensor s_rc = sm90::as_rowcol(tSrS);
+    Tensor c_rc = sm90::as_rowcol(tScS);
+    if (tile >= range.n_unmasked) {
+      CUTE_UNROLL
+      for (int r = 0; r < size<0>(s_rc); ++r)
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(s_rc); ++c)
+          s_rc(r, c) = mask.visible(q0 + get<0>(c_rc(r, c)), tile * kBlockN + get<1>(c_rc(r, c)))
+                           ? s_rc(r, c) * scale_log2 : -INFINITY;
+    } else {
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) tSrS(i) *= scale_log2;
+    }
+    softmax.update(s_rc, o_rc);
+
+    Tensor tOrP = sm90::acc_to_a_operand<E>(tSrS);  // P stays in registers
+    Tensor tOrV = thr_pv.partition_fragment_B(
+        make_tensor(make_smem_ptr(ss.v[consumer.index]), typename Config::VtLayout{}));
+    sm90::warpgroup_gemm</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_pv, tOrP, tOrV, tOrO);
+
+    Pipeline::consumer_release(ss.pipeline, consumer);
+    consumer.advance();
+    if (threadIdx.x == 0 && tile + Config::kStages < range.n_tiles) issue_kv(tile + Config::kStages);
+  }
+
+  float lse[decltype(size<0>(o_rc))::value];
+  softmax.finalize(o_rc, lse);
+  Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<D>>{}));
+  Tensor coord_rc = sm90::as_rowcol(tOcO);
+  store_output<T>(p, o_rc, coord_rc, lse, b, h, q0);
+}
+
+template <typename T, int D>
+cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
+  using Config = K4Config<T, D>;
+  typename Config::Params params;
+  params.problem = p;
+  sm90::make_attention_tmas<typename Config::E, Config::kBlockM, Config::kBlockN, D>(
+      p, &params.tma_q, &params.tma_k, &params.tma_v);
+  auto kernel = k4_forward_kernel<T, D>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Config::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  kernel<<<sm90::SingleTileScheduler::grid_shape(p, Config::kBlockM), Config::kThreads,
+           Config::kSmemBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace hfa::k4

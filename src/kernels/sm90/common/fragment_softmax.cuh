@@ -1,0 +1,80 @@
+// The online softmax of FA2 run directly on WGMMA accumulator fragments (K4 and later): a thread
+// holds 2 rows of S; row max and row sum are reduced across the 4 threads of a quad by shuffles.
+// Works in base 2: scores are pre-multiplied by scale * log2(e), and exp2 is one SFU instruction.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cmath>
+
+namespace hfa::sm90 {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+template <int kRows>
+struct OnlineSoftmax {
+  float row_max[kRows];  // running max, log2 domain (quad-uniform)
+  float row_sum[kRows];  // running sum of exp2(s - max): this thread's columns only, until finalize
+
+  __device__ OnlineSoftmax() {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      row_max[r] = -INFINITY;
+      row_sum[r] = 0.f;
+    }
+  }
+
+  // s: (rows, cols) scores, already scaled to log2 and masked with -inf; becomes P (unnormalized).
+  // o: (rows, cols) output accumulator, rescaled by exp2(old max - new max).
+  template <class TS, class TO>
+  __device__ __forceinline__ void update(TS& s, TO& o) {
+    using namespace cute;
+    static_assert(size<0>(typename std::decay_t<TS>::layout_type{}) == kRows);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float mx = row_max[r];
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) mx = fmaxf(mx, s(r, c));
+      mx = quad_max(mx);
+      const float m_safe = mx == -INFINITY ? 0.f : mx;  // no key seen yet: avoid -inf - -inf
+      const float alpha = exp2f(row_max[r] - m_safe);
+      row_max[r] = mx;
+      float sum = 0.f;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) {
+        s(r, c) = exp2f(s(r, c) - m_safe);
+        sum += s(r, c);
+      }
+      row_sum[r] = row_sum[r] * alpha + sum;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= alpha;
+    }
+  }
+
+  // Divides O by the row sums (0 for rows that saw no key: the l = 0 guard) and returns each
+  // row's natural-log LSE (-inf for those rows).
+  template <class TO>
+  __device__ __forceinline__ void finalize(TO& o, float (&lse)[kRows]) {
+    using namespace cute;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float l = quad_sum(row_sum[r]);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      lse[r] = l > 0.f ? (row_max[r] + log2f(l)) * kLn2 : -INFINITY;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= inv;
+    }
+  }
+};
+
+}  // namespace hfa::sm90

@@ -1,0 +1,39 @@
+// Which keys a query sees, and which KV tiles need the mask at all.
+//
+// Causal is bottom-right aligned: query i sees key j iff j <= i + (seqlen_k - seqlen_q); keys at or
+// past seqlen_k (zero-filled by the TMA) are never seen. A Q tile visits KV tiles [0, n_tiles)
+// (tiles right of the diagonal are skipped); of those, tiles [0, n_unmasked) are fully visible to
+// every row of the Q tile, so only the tiles crossing the diagonal or the end of the keys pay for
+// the element-wise mask.
+#pragma once
+
+#include "common/problem.h"
+#include "kernels/common/fa2_cuda_core.cuh"
+
+namespace hfa::sm90 {
+
+struct KvRange {
+  int n_tiles;     // KV tiles the Q tile visits
+  int n_unmasked;  // leading tiles that need no mask
+};
+
+struct AttentionMask {
+  int seqlen_k, offset;
+  bool causal;
+
+  __device__ explicit AttentionMask(const FwdProblem& p)
+      : seqlen_k(p.seqlen_k), offset(p.causal_offset()), causal(p.causal) {}
+
+  __device__ bool visible(int query, int key) const {
+    return key < seqlen_k && (!causal || key <= query + offset);
+  }
+
+  __device__ static KvRange range(const FwdProblem& p, int q0, int block_m, int block_n) {
+    const int n_tiles = fa2::kv_tiles(p, q0, block_m, block_n);
+    int full = p.seqlen_k / block_n;  // tiles whose keys are all < seqlen_k
+    if (p.causal) full = min(full, max(0, (q0 + p.causal_offset() + 1) / block_n));
+    return KvRange{n_tiles, min(full, n_tiles)};
+  }
+};
+
+}  // namespace hfa::sm90

@@ -1,0 +1,77 @@
+// TMA loads of attention tiles (Q, K or V), written once for every sm90 kernel.
+//
+// The global tensor is viewed as (seqlen, head_dim, heads, batch) with the problem's strides, so
+// one descriptor serves every (batch, head) and any non-packed layout (strides must be 16-byte
+// multiples: check_16B_aligned). The shared-memory tile is 128-byte swizzled and K-major, the
+// layout GMMA reads and that spreads a row's 16-byte chunks over all banks. Rows past seqlen are
+// zero-filled by the hardware, which is how ragged last tiles are handled.
+#pragma once
+
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/tensor.hpp>
+
+#include "common/problem.h"
+
+namespace hfa::sm90 {
+
+// A (Rows, D) tile in 128-byte-swizzled K-major layout. A ring of stages is Stages such tiles
+// back to back (each 1024-byte aligned, as the swizzle pattern requires).
+template <typename Element, int Rows, int D>
+using TileLayout = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
+                                                cute::Shape<cute::Int<Rows>, cute::Int<D>>{}));
+template <typename Element, int Rows, int D>
+inline constexpr int kTileElems = Rows * D;
+
+// The (seqlen, head_dim, heads, batch) global view of one attention operand.
+template <typename Element, int D>
+__host__ __device__ auto attention_gmem_shape(int seqlen, int heads, int batch) {
+  return cute::make_shape(seqlen, cute::Int<D>{}, heads, batch);
+}
+
+template <typename Element, int Rows, int D>
+auto make_tile_tma(const void* ptr, int seqlen, int heads, int batch, int64_t row_stride,
+                   int64_t head_stride, int64_t batch_stride) {
+  using namespace cute;
+  Tensor g = make_tensor(make_gmem_ptr(static_cast<const Element*>(ptr)),
+                         attention_gmem_shape<Element, D>(seqlen, heads, batch),
+                         make_stride(row_stride, _1{}, head_stride, batch_stride));
+  return make_tma_copy(SM90_TMA_LOAD{}, g, TileLayout<Element, Rows, D>{},
+                       Shape<Int<Rows>, Int<D>>{}, _1{});
+}
+
+// The type of a tile's TMA copy, for kernel Params.
+template <typename Element, int Rows, int D>
+using TileTma = decltype(make_tile_tma<Element, Rows, D>(nullptr, 1, 1, 1, 0, 0, 0));
+
+// The three descriptors of a forward problem (Q tiles of BlockM rows, K/V tiles of BlockN rows).
+// With seqlen_k == 0 no KV tile is ever loaded, but a descriptor must still be valid: K/V then
+// get Q's (unused) descriptor shape.
+template <typename Element, int BlockM, int BlockN, int D, class TmaQ, class TmaKV>
+void make_attention_tmas(const FwdProblem& p, TmaQ* q, TmaKV* k, TmaKV* v) {
+  *q = make_tile_tma<Element, BlockM, D>(p.q, p.seqlen_q, p.heads_q, p.batch, p.q_row_stride,
+                                         p.q_head_stride, p.q_batch_stride);
+  if (p.seqlen_k == 0) {
+    *k = *v = make_tile_tma<Element, BlockN, D>(p.q, p.seqlen_q, p.heads_q, p.batch,
+                                                p.q_row_stride, p.q_head_stride, p.q_batch_stride);
+    return;
+  }
+  *k = make_tile_tma<Element, BlockN, D>(p.k, p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride,
+                                         p.k_head_stride, p.k_batch_stride);
+  *v = make_tile_tma<Element, BlockN, D>(p.v, p.seqlen_k, p.heads_kv, p.batch, p.v_row_stride,
+                                         p.v_head_stride, p.v_batch_stride);
+}
+
+// Issues the TMA load of tile `tile` (rows [tile * Rows, ...)) of (batch b, head h) into `smem`
+// (one (Rows, D) tile), completing on `barrier`. Called by one thread.
+template <int Rows, int D, class Tma, class SmemTensor>
+__device__ void load_tile(const Tma& tma, uint64_t& barrier, SmemTensor smem, int seqlen,
+                          int heads, int batch, int h, int b, int tile) {
+  using namespace cute;
+  Tensor m = tma.get_tma_tensor(make_shape(seqlen, Int<D>{}, heads, batch));
+  Tensor g = local_tile(m(_, _, h, b), Shape<Int<Rows>, Int<D>>{}, make_coord(tile, _0{}));
+  auto cta = tma.get_slice(_0{});
+  copy(tma.with(barrier), cta.partition_S(g), cta.partition_D(smem));
+}
+
+}  // namespace hfa::sm90

@@ -1,0 +1,63 @@
+// Warpgroup GEMMs on the tensor cores (WGMMA), and views of their accumulator fragments.
+#pragma once
+
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/tensor.hpp>
+
+namespace hfa::sm90 {
+
+// C (+)= A B with one warpgroup-wide WGMMA batch, waited for before returning. A and B are
+// GMMA descriptors of shared memory, or A is a register fragment (the RS form, kRegisterA).
+template <bool kZeroInit, bool kRegisterA = false, class TiledMma, class TA, class TB, class TC>
+__device__ __forceinline__ void warpgroup_gemm(TiledMma& mma, TA& a, TB const& b, TC& c) {
+  using namespace cute;
+  if constexpr (kRegisterA) warpgroup_fence_operand(a);
+  warpgroup_fence_operand(c);
+  warpgroup_arrive();
+  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    gemm(mma, a(_, _, k), b(_, _, k), c);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(c);
+  if constexpr (kRegisterA) warpgroup_fence_operand(a);
+}
+
+// A WGMMA accumulator fragment ((2, 2, N/8), MMA_M, MMA_N) viewed as (rows, cols) of this
+// thread: rows ((2), MMA_M) -- a thread holds rows r and r + 8 of each 16-row slab of its warp --
+// and cols ((2, N/8), MMA_N). The 4 threads of a quad (lane / 4 equal) share each row.
+template <class AccLayout>
+__device__ __forceinline__ auto acc_rowcol(AccLayout l) {
+  using namespace cute;
+  static_assert(rank(get<0>(AccLayout{})) == 3, "expects a ((2,2,N/8),MMA_M,MMA_N) accumulator");
+  auto v = get<0>(l);
+  return make_layout(make_layout(get<1>(v), get<1>(l)),
+                     make_layout(get<0>(v), get<2>(v), get<2>(l)));
+}
+template <class AccTensor>
+__device__ __forceinline__ auto as_rowcol(AccTensor&& t) {
+  return cute::make_tensor(t.data(), acc_rowcol(t.layout()));
+}
+
+// The accumulator of S = Q K^T (fp32, ((2,2,N/8),1,1)) converted to the element type, laid out as
+// the register A operand of the next GEMM (P V): ((2,2,2),1,N/16). Both layouts walk a thread's
+// registers in the same order (column pair, row, 8-column half), so element i maps to element i:
+// this is the register handoff of P, with no shared memory in between.
+template <typename Element, class AccTensor>
+__device__ __forceinline__ auto acc_to_a_operand(const AccTensor& acc) {
+  using namespace cute;
+  constexpr int kN8 = size<0, 2>(typename AccTensor::layout_type{});
+  static_assert(size<1>(typename AccTensor::layout_type{}) == 1 &&
+                    size<2>(typename AccTensor::layout_type{}) == 1 && kN8 % 2 == 0,
+                "one 64-row WGMMA accumulator per thread expected");
+  using ALayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kN8 / 2>>, Stride<Stride<_1, _2, _4>, _0, _8>>;
+  auto a = cute::make_tensor<Element>(ALayout{});
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); ++i) a(i) = static_cast<Element>(acc(i));
+  return a;
+}
+
+}  // namespace hfa::sm90
