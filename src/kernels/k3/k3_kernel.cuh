@@ -21,20 +21,10 @@ namespace hfa::k3 {
 
 using namespace hfa::fa2;
 
-// Reads 8-element chunks of a swizzled TMA tile (the swizzle moves whole 16-byte chunks).
-template <class Layout>
-struct SwizzledRows {
-  template <typename T>
-  __device__ static T* chunk(T* base, int row, int c8) {
-    return base + Layout{}(row, c8 * kElemsPer16B);
-  }
-};
-
 // QK policy of K3: scores on CUDA cores, straight from the swizzled tiles.
 template <typename T, int D>
 struct ScalarScores {
-  using E = typename sm90::CutlassElement<T>::type;
-  using Tile = SwizzledRows<sm90::TileLayout<E, kBlockM, D>>;
+  using Tile = sm90::Sw128Rows<kBlockM>;
   __device__ static void scores(const T* sQ, const T* sK, float* /*sS*/, int row, int part,
                                 float (&s)[kScoresPerThread]) {
     score_row<T, D, Tile, Tile>(sQ, sK, row, part, s);

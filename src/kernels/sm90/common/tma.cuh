@@ -23,6 +23,20 @@ using TileLayout = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<
 template <typename Element, int Rows, int D>
 inline constexpr int kTileElems = Rows * D;
 
+// Element addressing of a TileLayout tile (2-byte elements) for code that reads it with plain
+// loads rather than GMMA. The 128-byte swizzle atom is 8 rows x 64 elements (1 KB): 16-byte chunk
+// c of row r sits at chunk c ^ (r % 8). tile_to_shape stacks atoms down the rows first, then
+// across head_dim. (Evaluating the CuTe layout directly would not do: its swizzle is applied by the
+// smem pointer of a tensor, not by the layout.) Tested against CuTe in tests/cpu.
+template <int Rows>
+struct Sw128Rows {
+  template <typename T>
+  __host__ __device__ static T* chunk(T* base, int row, int c8) {
+    const int atom = row / 8 + (Rows / 8) * (c8 / 8);
+    return base + atom * 512 + (row % 8) * 64 + (((c8 % 8) ^ (row % 8)) * 8);
+  }
+};
+
 // The (seqlen, head_dim, heads, batch) global view of one attention operand.
 template <typename Element, int D>
 __host__ __device__ auto attention_gmem_shape(int seqlen, int heads, int batch) {
