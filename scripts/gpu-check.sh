@@ -68,6 +68,8 @@ if [[ " $steps " == *" sanitize "* ]]; then
   for tool in memcheck racecheck synccheck; do
     for kernel in ${SANITIZE_KERNELS:-k1 k2 k3_1 k3_2 k3_3 k4_qk k4}; do
       for d in 64 256; do
+        # 5 stages of d = 256 tiles do not fit shared memory: k3_3 has no d = 256 (it says so).
+        [ "$kernel" = k3_3 ] && [ "$d" = 256 ] && d=128
         step "sanitize-$tool-$kernel-d$d" compute-sanitizer --tool "$tool" --error-exitcode 3 \
           "$bench" "$kernel" --seqlen 130 --seqlen-k 200 --headdim "$d" --batch 1 --heads 4 \
           --heads-kv 2 --causal --check --iters 1 --warmup 0

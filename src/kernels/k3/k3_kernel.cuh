@@ -116,6 +116,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float s[kScoresPerThread];
     Scores::scores(sQ, sK, ss.s, row, part, s);
     scale_and_mask(s, p, scale_log2, tile * kBlockN, qi, part);
+    __syncwarp();  // the row group's lanes are done reading the previous tile's P from sS
     softmax_update(s, st, ss.s, row, part);
     __syncwarp();  // the row group's P (its own row of sS) is visible to its 4 threads
     accumulate_pv<T, D, typename ScalarScores<T, D>::Tile>(ss.s, sV, st, row, part);
