@@ -15,6 +15,7 @@
 
 #include "common/problem.h"
 #include "kernels/common/numeric.cuh"
+#include "kernels/common/quad_reduce.cuh"
 
 namespace hfa::fa2 {
 
@@ -37,16 +38,6 @@ struct PaddedRows {
     return base + row * kRowElems + c8 * kElemsPer16B;
   }
 };
-
-// Row max / row sum over the 4 consecutive lanes of a row group.
-__device__ __forceinline__ float row_group_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float row_group_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
 
 // Per-thread state of one query row: running max m (log2 domain), running sum l, its quarter of O.
 template <int D>
@@ -84,7 +75,7 @@ __device__ __forceinline__ void softmax_update(float (&s)[kScoresPerThread], Row
   float tile_max = -INFINITY;
 #pragma unroll
   for (int jj = 0; jj < kScoresPerThread; ++jj) tile_max = fmaxf(tile_max, s[jj]);
-  const float m_new = fmaxf(st.m, row_group_max(tile_max));
+  const float m_new = fmaxf(st.m, quad_max(tile_max));
   const float m_safe = m_new == -INFINITY ? 0.f : m_new;  // no key seen yet: avoid -inf - -inf
   const float alpha = exp2f(st.m - m_safe);
   float row_sum = 0.f;
@@ -94,7 +85,7 @@ __device__ __forceinline__ void softmax_update(float (&s)[kScoresPerThread], Row
     row_sum += p;
     sS[row * kSRow + jj * kThreadsPerRow + part] = p;  // P_j over S_j, in place
   }
-  st.l = st.l * alpha + row_group_sum(row_sum);
+  st.l = st.l * alpha + quad_sum(row_sum);
   st.m = m_new;
 #pragma unroll
   for (int vv = 0; vv < RowState<D>::kVecs; ++vv)

@@ -1,6 +1,7 @@
 // K2's registry entry: support rules and the (dtype, head_dim) dispatch.
 #include "hfa_build_config.h"
 #include "common/status_util.h"
+#include "kernels/common/dispatch.h"
 #include "kernels/common/kernel_checks.h"
 #include "kernels/k2/k2_kernel.cuh"
 #include "registry.h"
@@ -35,15 +36,13 @@ Status k2_check(const FwdProblem& p, const DeviceInfo& device) {
   return Status::Ok();
 }
 
+struct K2Launcher {
+  template <typename T, int D>
+  static cudaError_t run(const FwdProblem& p, cudaStream_t s) { return k2::launch_forward<T, D>(p, s); }
+};
+
 Status k2_launch(const FwdProblem& p, const DeviceInfo&, cudaStream_t stream) {
-  cudaError_t err = cudaErrorInvalidValue;
-  const bool bf16 = p.dtype == DType::kBF16;
-#define HFA_K2_LAUNCH(D)                                                               \
-  if (p.head_dim == D)                                                                  \
-    err = bf16 ? k2::launch_forward<__nv_bfloat16, D>(p, stream) : k2::launch_forward<__half, D>(p, stream);
-  HFA_FOR_EACH_HEAD_DIM(HFA_K2_LAUNCH)
-#undef HFA_K2_LAUNCH
-  return cuda_status(err, "launching k2");
+  return cuda_status(dispatch_dtype_head_dim<K2Launcher>(p, stream), "launching k2");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include "common/status_util.h"
+#include "kernels/common/dispatch.h"
 #include "hfa_build_config.h"
 #include "kernels/k3/k3_launch.h"
 #include "kernels/sm90/common/sm90_checks.h"
@@ -19,15 +20,14 @@ Status k3_check(const FwdProblem& p, const DeviceInfo& device) {
 }
 
 template <int Stages>
+struct K3Launcher {
+  template <typename T, int D>
+  static cudaError_t run(const FwdProblem& p, cudaStream_t s) { return k3::launch<T, D, Stages>(p, s); }
+};
+
+template <int Stages>
 Status k3_launch(const FwdProblem& p, const DeviceInfo&, cudaStream_t stream) {
-  cudaError_t err = cudaErrorInvalidValue;
-  const bool bf16 = p.dtype == DType::kBF16;
-#define HFA_K3_LAUNCH(D)                                                                   \
-  if (p.head_dim == D)                                                                      \
-    err = bf16 ? k3::launch<__nv_bfloat16, D, Stages>(p, stream) : k3::launch<__half, D, Stages>(p, stream);
-  HFA_FOR_EACH_HEAD_DIM(HFA_K3_LAUNCH)
-#undef HFA_K3_LAUNCH
-  return cuda_status(err, "launching k3");
+  return cuda_status(dispatch_dtype_head_dim<K3Launcher<Stages>>(p, stream), "launching k3");
 }
 
 template <int Stages>

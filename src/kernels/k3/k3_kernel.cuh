@@ -12,6 +12,7 @@
 
 #include "common/problem.h"
 #include "kernels/common/fa2_cuda_core.cuh"
+#include "kernels/sm90/common/attention_loads.cuh"
 #include "kernels/sm90/common/element.cuh"
 #include "kernels/sm90/common/pipeline.cuh"
 #include "kernels/sm90/common/tile_scheduler.cuh"
@@ -36,8 +37,7 @@ struct K3Config {
   using E = typename sm90::CutlassElement<T>::type;
   using Layout = sm90::TileLayout<E, kBlockM, D>;  // Q, K and V tiles alike (64 x D)
   using Pipeline = sm90::TmaPipeline<Stages>;
-  static constexpr int kTileElems = sm90::kTileElems<E, kBlockM, D>;
-  static constexpr uint32_t kTileBytes = kTileElems * sizeof(E);
+  static constexpr int kTileElems = kBlockM * D;
 
   struct SharedStorage {
     alignas(1024) E q[kTileElems];
@@ -87,20 +87,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   typename Pipeline::State producer = Pipeline::producer_start();
   auto issue_kv = [&](int tile) {  // thread 0 only
-    Pipeline::producer_acquire(ss.pipeline, producer, 2 * Config::kTileBytes);
-    uint64_t& bar = Pipeline::full_barrier(ss.pipeline, producer);
-    auto layout = typename Config::Layout{};
-    sm90::load_tile<kBlockN, D>(params.tma_k, bar, make_tensor(make_smem_ptr(ss.k[producer.index]), layout),
-                                p.seqlen_k, p.heads_kv, p.batch, hk, b, tile);
-    sm90::load_tile<kBlockN, D>(params.tma_v, bar, make_tensor(make_smem_ptr(ss.v[producer.index]), layout),
-                                p.seqlen_k, p.heads_kv, p.batch, hk, b, tile);
-    producer.advance();
+    sm90::load_kv_tiles<Pipeline, kBlockN, D, typename Config::Layout>(
+        ss.pipeline, producer, params.tma_k, params.tma_v, ss.k[0], ss.v[0], p, hk, b, tile);
   };
   if (threadIdx.x == 0) {
-    sm90::OnceBarrier::arm(ss.q_full, Config::kTileBytes);
-    sm90::load_tile<kBlockM, D>(params.tma_q, ss.q_full,
-                                make_tensor(make_smem_ptr(ss.q), typename Config::Layout{}),
-                                p.seqlen_q, p.heads_q, p.batch, h, b, bc.m_block);
+    sm90::load_q_tile<kBlockM, D, typename Config::Layout>(params.tma_q, ss.q_full, ss.q, p, h, b,
+                                                          bc.m_block);
     for (int tile = 0; tile < min(Stages, n_tiles); ++tile) issue_kv(tile);  // prefetch
   }
   sm90::OnceBarrier::wait(ss.q_full);

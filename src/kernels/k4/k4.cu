@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include "common/status_util.h"
+#include "kernels/common/dispatch.h"
 #include "hfa_build_config.h"
 #include "kernels/k4/k4_launch.h"
 #include "kernels/sm90/common/sm90_checks.h"
@@ -15,15 +16,13 @@ Status k4_check(const FwdProblem& p, const DeviceInfo& device) {
   return sm90::check_kernel("k4", p, device, static_cast<long long>(k4::smem_bytes(p.head_dim)));
 }
 
+struct K4Launcher {
+  template <typename T, int D>
+  static cudaError_t run(const FwdProblem& p, cudaStream_t s) { return k4::launch_forward<T, D>(p, s); }
+};
+
 Status k4_launch(const FwdProblem& p, const DeviceInfo&, cudaStream_t stream) {
-  cudaError_t err = cudaErrorInvalidValue;
-  const bool bf16 = p.dtype == DType::kBF16;
-#define HFA_K4_LAUNCH(D)                                                                   \
-  if (p.head_dim == D)                                                                      \
-    err = bf16 ? k4::launch_forward<__nv_bfloat16, D>(p, stream) : k4::launch_forward<__half, D>(p, stream);
-  HFA_FOR_EACH_HEAD_DIM(HFA_K4_LAUNCH)
-#undef HFA_K4_LAUNCH
-  return cuda_status(err, "launching k4");
+  return cuda_status(dispatch_dtype_head_dim<K4Launcher>(p, stream), "launching k4");
 }
 
 }  // namespace

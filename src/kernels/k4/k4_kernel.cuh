@@ -13,6 +13,7 @@
 #include "common/problem.h"
 #include "kernels/k3/k3_kernel.cuh"  // shared_storage()
 #include "kernels/k4/k4_launch.h"
+#include "kernels/sm90/common/attention_loads.cuh"
 #include "kernels/sm90/common/element.cuh"
 #include "kernels/sm90/common/fragment_softmax.cuh"
 #include "kernels/sm90/common/mask.cuh"
@@ -44,7 +45,6 @@ struct K4Config {
       WarpgroupsAlongM{}));
   using Pipeline = sm90::TmaPipeline<kStages>;
   static constexpr int kQElems = kBlockM * D, kKVElems = kBlockN * D;
-  static constexpr uint32_t kQBytes = kQElems * sizeof(E), kKVBytes = kKVElems * sizeof(E);
 
   struct SharedStorage {
     alignas(1024) E q[kQElems];
@@ -109,20 +109,12 @@ __global__ void __launch_bounds__(256, 1)
 
   typename Pipeline::State producer = Pipeline::producer_start();
   auto issue_kv = [&](int tile) {  // thread 0 only
-    Pipeline::producer_acquire(ss.pipeline, producer, 2 * Config::kKVBytes);
-    uint64_t& bar = Pipeline::full_barrier(ss.pipeline, producer);
-    auto layout = typename Config::KVLayout{};
-    sm90::load_tile<kBlockN, D>(params.tma_k, bar, make_tensor(make_smem_ptr(ss.k[producer.index]), layout),
-                                p.seqlen_k, p.heads_kv, p.batch, hk, b, tile);
-    sm90::load_tile<kBlockN, D>(params.tma_v, bar, make_tensor(make_smem_ptr(ss.v[producer.index]), layout),
-                                p.seqlen_k, p.heads_kv, p.batch, hk, b, tile);
-    producer.advance();
+    sm90::load_kv_tiles<Pipeline, kBlockN, D, typename Config::KVLayout>(
+        ss.pipeline, producer, params.tma_k, params.tma_v, ss.k[0], ss.v[0], p, hk, b, tile);
   };
   if (threadIdx.x == 0) {
-    sm90::OnceBarrier::arm(ss.q_full, Config::kQBytes);
-    sm90::load_tile<kBlockM, D>(params.tma_q, ss.q_full,
-                                make_tensor(make_smem_ptr(ss.q), typename Config::QLayout{}),
-                                p.seqlen_q, p.heads_q, p.batch, h, b, bc.m_block);
+    sm90::load_q_tile<kBlockM, D, typename Config::QLayout>(params.tma_q, ss.q_full, ss.q, p, h, b,
+                                                           bc.m_block);
     for (int tile = 0; tile < min(Config::kStages, range.n_tiles); ++tile) issue_kv(tile);
   }
 

@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include "common/status_util.h"
+#include "kernels/common/dispatch.h"
 #include "hfa_build_config.h"
 #include "kernels/k4_qk/k4_qk_launch.h"
 #include "kernels/sm90/common/sm90_checks.h"
@@ -15,15 +16,13 @@ Status k4_qk_check(const FwdProblem& p, const DeviceInfo& device) {
   return sm90::check_kernel("k4_qk", p, device, static_cast<long long>(k4_qk::smem_bytes(p.head_dim)));
 }
 
+struct K4QkLauncher {
+  template <typename T, int D>
+  static cudaError_t run(const FwdProblem& p, cudaStream_t s) { return k4_qk::launch<T, D>(p, s); }
+};
+
 Status k4_qk_launch(const FwdProblem& p, const DeviceInfo&, cudaStream_t stream) {
-  cudaError_t err = cudaErrorInvalidValue;
-  const bool bf16 = p.dtype == DType::kBF16;
-#define HFA_K4QK_LAUNCH(D)                                                                 \
-  if (p.head_dim == D)                                                                      \
-    err = bf16 ? k4_qk::launch<__nv_bfloat16, D>(p, stream) : k4_qk::launch<__half, D>(p, stream);
-  HFA_FOR_EACH_HEAD_DIM(HFA_K4QK_LAUNCH)
-#undef HFA_K4QK_LAUNCH
-  return cuda_status(err, "launching k4_qk");
+  return cuda_status(dispatch_dtype_head_dim<K4QkLauncher>(p, stream), "launching k4_qk");
 }
 
 }  // namespace

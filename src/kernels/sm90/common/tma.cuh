@@ -20,8 +20,6 @@ namespace hfa::sm90 {
 template <typename Element, int Rows, int D>
 using TileLayout = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
                                                 cute::Shape<cute::Int<Rows>, cute::Int<D>>{}));
-template <typename Element, int Rows, int D>
-inline constexpr int kTileElems = Rows * D;
 
 // Element addressing of a TileLayout tile (2-byte elements) for code that reads it with plain
 // loads rather than GMMA. The 128-byte swizzle atom is 8 rows x 64 elements (1 KB): 16-byte chunk

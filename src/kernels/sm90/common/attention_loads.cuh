@@ -1,0 +1,42 @@
+// The producer's two jobs in every sm90 forward kernel: load the Q tile once, and fill the next
+// stage of the K/V ring. K3 and K4 run them on thread 0; a producer warp (K5) runs the same calls.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "common/problem.h"
+#include "kernels/sm90/common/pipeline.cuh"
+#include "kernels/sm90/common/tma.cuh"
+
+namespace hfa::sm90 {
+
+// Q tile `m_block` of (batch b, head h) into `smem`, completing on `barrier` (armed here).
+template <int BlockM, int D, class QLayout, class Tma, class Element>
+__device__ void load_q_tile(const Tma& tma, uint64_t& barrier, Element* smem, const FwdProblem& p,
+                            int h, int b, int m_block) {
+  using namespace cute;
+  OnceBarrier::arm(barrier, BlockM * D * sizeof(Element));
+  load_tile<BlockM, D>(tma, barrier, make_tensor(make_smem_ptr(smem), QLayout{}), p.seqlen_q,
+                       p.heads_q, p.batch, h, b, m_block);
+}
+
+// K and V tile `tile` of (batch b, KV head hk) into the ring stage `state` points at, once that
+// stage is empty; one full barrier expects both tiles' bytes. Advances `state`.
+// k_ring / v_ring: the first of the ring's stages, each BlockN x D elements.
+template <class Pipeline, int BlockN, int D, class KVLayout, class Tma, class Element>
+__device__ void load_kv_tiles(typename Pipeline::SharedStorage& pipeline,
+                              typename Pipeline::State& state, const Tma& tma_k, const Tma& tma_v,
+                              Element* k_ring, Element* v_ring, const FwdProblem& p, int hk, int b,
+                              int tile) {
+  using namespace cute;
+  constexpr int kStageElems = BlockN * D;
+  Pipeline::producer_acquire(pipeline, state, 2 * kStageElems * sizeof(Element));
+  uint64_t& bar = Pipeline::full_barrier(pipeline, state);
+  load_tile<BlockN, D>(tma_k, bar, make_tensor(make_smem_ptr(k_ring + state.index * kStageElems), KVLayout{}),
+                       p.seqlen_k, p.heads_kv, p.batch, hk, b, tile);
+  load_tile<BlockN, D>(tma_v, bar, make_tensor(make_smem_ptr(v_ring + state.index * kStageElems), KVLayout{}),
+                       p.seqlen_k, p.heads_kv, p.batch, hk, b, tile);
+  state.advance();
+}
+
+}  // namespace hfa::sm90
