@@ -66,7 +66,7 @@ fi
 if [[ " $steps " == *" sanitize "* ]]; then
   # Small shapes that still cover ragged tiles, seqlen_q != seqlen_k, GQA and causal.
   for tool in memcheck racecheck synccheck; do
-    for kernel in ${SANITIZE_KERNELS:-k1 k2 k3_1 k3_2 k3_3 k4_qk k4}; do
+    for kernel in ${SANITIZE_KERNELS:-k1 k2 k3_1 k3_2 k3_3 k4_qk k4 k5}; do
       for d in 64 256; do
         # 5 stages of d = 256 tiles do not fit shared memory: k3_3 has no d = 256 (it says so).
         [ "$kernel" = k3_3 ] && [ "$d" = 256 ] && d=128

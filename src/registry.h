@@ -34,5 +34,6 @@ KernelEntry k3_2_entry();
 KernelEntry k3_3_entry();
 KernelEntry k4_qk_entry();
 KernelEntry k4_entry();
+KernelEntry k5_entry();
 
 }  // namespace hfa

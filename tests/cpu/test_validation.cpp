@@ -253,7 +253,7 @@ TEST(Validation, HopperKernelsNeedHopper) {
   DeviceInfo ampere = hopper();
   ampere.cc_major = 8;
   ampere.cc_minor = 6;
-  for (const char* k : {"k3_1", "k3_2", "k3_3", "k4_qk", "k4"}) {
+  for (const char* k : {"k3_1", "k3_2", "k3_3", "k4_qk", "k4", "k5"}) {
     ForwardArgs a = valid_args();
     a.kernel = k;
     EXPECT_TRUE(plan(a).ok()) << k << ": " << plan(a).message;

@@ -85,43 +85,29 @@ __device__ __forceinline__ void store_output(const FwdProblem& p, TO& o_rc, TC& 
   }
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(256, 1)
-    k4_forward_kernel(const __grid_constant__ typename K4Config<T, D>::Params params) {
+// What a consumer warpgroup does for one Q tile: for every KV tile, wait for its stage, S = Q K^T,
+// mask (diagonal tiles only), online softmax, O += P V, release the stage; then O and LSE out.
+// `mma_thread` is the thread's index among the 256 consumer threads. `after_tile(tile)` runs after
+// each release (K4: thread 0 refills the ring there; K5: nothing, a producer warp does it).
+template <typename T, int D, class AfterTile>
+__device__ __forceinline__ void consume_q_tile(const typename K4Config<T, D>::Params& params,
+                                               typename K4Config<T, D>::SharedStorage& ss,
+                                               const sm90::BlockCoord& bc,
+                                               const sm90::KvRange& range, int mma_thread,
+                                               AfterTile after_tile) {
   using Config = K4Config<T, D>;
   using E = typename Config::E;
   using Pipeline = typename Config::Pipeline;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
   using namespace cute;
-  auto& ss = k3::shared_storage<typename Config::SharedStorage>();
   const FwdProblem& p = params.problem;
-
-  const sm90::BlockCoord bc = sm90::SingleTileScheduler{}.block_coord();
-  const int q0 = bc.m_block * kBlockM, h = bc.head, b = bc.batch, hk = h / p.group_size();
+  const int q0 = bc.m_block * kBlockM;
   const sm90::AttentionMask mask(p);
-  const sm90::KvRange range = sm90::AttentionMask::range(p, q0, kBlockM, kBlockN);
-
-  if (threadIdx.x == 0) {
-    Pipeline::init(ss.pipeline, Config::kThreads);
-    sm90::OnceBarrier::init(ss.q_full);
-  }
-  __syncthreads();
-
-  typename Pipeline::State producer = Pipeline::producer_start();
-  auto issue_kv = [&](int tile) {  // thread 0 only
-    sm90::load_kv_tiles<Pipeline, kBlockN, D, typename Config::KVLayout>(
-        ss.pipeline, producer, params.tma_k, params.tma_v, ss.k[0], ss.v[0], p, hk, b, tile);
-  };
-  if (threadIdx.x == 0) {
-    sm90::load_q_tile<kBlockM, D, typename Config::QLayout>(params.tma_q, ss.q_full, ss.q, p, h, b,
-                                                           bc.m_block);
-    for (int tile = 0; tile < min(Config::kStages, range.n_tiles); ++tile) issue_kv(tile);
-  }
 
   typename Config::MmaQK mma_qk;
   typename Config::MmaPV mma_pv;
-  auto thr_qk = mma_qk.get_thread_slice(threadIdx.x);
-  auto thr_pv = mma_pv.get_thread_slice(threadIdx.x);
+  auto thr_qk = mma_qk.get_thread_slice(mma_thread);
+  auto thr_pv = mma_pv.get_thread_slice(mma_thread);
   Tensor tSrQ = thr_qk.partition_fragment_A(make_tensor(make_smem_ptr(ss.q), typename Config::QLayout{}));
   Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<D>>{});  // (MMA, MMA_M, MMA_N)
   clear(tOrO);
@@ -162,14 +148,47 @@ __global__ void __launch_bounds__(256, 1)
 
     Pipeline::consumer_release(ss.pipeline, consumer);
     consumer.advance();
-    if (threadIdx.x == 0 && tile + Config::kStages < range.n_tiles) issue_kv(tile + Config::kStages);
+    after_tile(tile);
   }
 
   float lse[decltype(size<0>(o_rc))::value];
   softmax.finalize(o_rc, lse);
   Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<D>>{}));
   Tensor coord_rc = sm90::as_rowcol(tOcO);
-  store_output<T>(p, o_rc, coord_rc, lse, b, h, q0);
+  store_output<T>(p, o_rc, coord_rc, lse, bc.batch, bc.head, q0);
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256, 1)
+    k4_forward_kernel(const __grid_constant__ typename K4Config<T, D>::Params params) {
+  using Config = K4Config<T, D>;
+  using Pipeline = typename Config::Pipeline;
+  auto& ss = k3::shared_storage<typename Config::SharedStorage>();
+  const FwdProblem& p = params.problem;
+  const sm90::BlockCoord bc = sm90::SingleTileScheduler{}.block_coord();
+  const int hk = bc.head / p.group_size();
+  const sm90::KvRange range = sm90::AttentionMask::range(p, bc.m_block * Config::kBlockM,
+                                                         Config::kBlockM, Config::kBlockN);
+  if (threadIdx.x == 0) {
+    Pipeline::init(ss.pipeline, Config::kThreads);
+    sm90::OnceBarrier::init(ss.q_full);
+  }
+  __syncthreads();
+
+  // Thread 0 is also the producer: Q, the first ring's worth of K/V, then a refill per tile.
+  typename Pipeline::State producer = Pipeline::producer_start();
+  auto issue_kv = [&](int tile) {
+    sm90::load_kv_tiles<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
+        ss.pipeline, producer, params.tma_k, params.tma_v, ss.k[0], ss.v[0], p, hk, bc.batch, tile);
+  };
+  if (threadIdx.x == 0) {
+    sm90::load_q_tile<Config::kBlockM, D, typename Config::QLayout>(params.tma_q, ss.q_full, ss.q, p,
+                                                                   bc.head, bc.batch, bc.m_block);
+    for (int tile = 0; tile < min(Config::kStages, range.n_tiles); ++tile) issue_kv(tile);
+  }
+  consume_q_tile<T, D>(params, ss, bc, range, threadIdx.x, [&](int tile) {
+    if (threadIdx.x == 0 && tile + Config::kStages < range.n_tiles) issue_kv(tile + Config::kStages);
+  });
 }
 
 template <typename T, int D>
