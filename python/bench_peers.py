@@ -9,7 +9,8 @@ causal in {0,1}) times, per configuration and interleaved so that clock drift hi
 Writes a table (each hfa kernel's TFLOPS and its ratio to cudnn), JSON in the DESIGN.md schema,
 and PNG plots (TFLOPS vs seqlen, one line per implementation, one panel per (d, causal)).
 
-Timing: CUDA events around each call, L2 flushed before each, median of --iters after --warmup;
+Timing: CUDA events around each call, L2 flushed before each, the GPU kept busy for ~1 ms before
+the start event so host launch overhead is not timed, median of --iters after --warmup;
 a configuration whose first call takes long gets fewer iterations (--max-seconds), noted as
 "iters" in its JSON row.
 
@@ -45,6 +46,7 @@ class Timer:
         self.warmup, self.iters, self.max_seconds = warmup, iters, max_seconds
         l2 = torch.cuda.get_device_properties(0).L2_cache_size
         self.flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+        self.spin_cycles = 2_000_000  # about 1 ms at H100 clocks
 
     def median_ms(self, fn):
         """Median ms of fn() with a cold L2; returns (ms, iterations)."""
@@ -52,6 +54,10 @@ class Timer:
 
         def once():
             self.flush.zero_()
+            # Keep the GPU busy for ~1 ms so that the host work of launching fn (Python, dispatch,
+            # descriptor setup) is hidden before `start`: the events bracket device time only,
+            # for hfa and the peers alike.
+            torch.cuda._sleep(self.spin_cycles)
             start.record()
             fn()
             stop.record()

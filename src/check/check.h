@@ -91,7 +91,8 @@ Status run_check(DeviceBuffers& buffers, uint64_t seed, int64_t max_rows, CheckR
 Status run_check(const Config& c, uint64_t seed, int64_t max_rows, CheckResult* result);
 
 // Median time in ms of `iters` launches after `warmup` launches, with L2 flushed before each
-// timed launch (CUDA events around the launch alone).
+// timed launch (CUDA events around the launch alone; the GPU is kept busy before the start event
+// so the host's launch overhead is not part of the time).
 Status time_forward(DeviceBuffers& buffers, int warmup, int iters, double* median_ms);
 
 }  // namespace hfa::check
