@@ -1,3 +1,6 @@
+"""Host time per call (launch overhead, not GPU time) of hfa kernels and of torch SDPA's cuDNN
+backend on a tiny problem: what an inference engine pays on the CPU for each attention call.
+Usage (GPU machine, binding installed): python python/host_overhead.py"""
 import time, torch, hfa
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
