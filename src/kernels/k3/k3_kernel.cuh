@@ -26,6 +26,10 @@ using namespace hfa::fa2;
 template <typename T, int D>
 struct ScalarScores {
   using Tile = sm90::Sw128Rows<kBlockM>;
+  // This CUDA-core compute is latency-bound at one CTA (8 warps) per SM. At d = 64 it fits in 128
+  // registers without spilling, so cap it there and let two CTAs share an SM; at d >= 128 the cap
+  // would spill (100-320 bytes, ptxas), so keep one.
+  static constexpr int kMinBlocksPerSm = D == 64 ? 2 : 1;
   __device__ static void scores(const T* sQ, const T* sK, float* /*sS*/, int row, int part,
                                 float (&s)[kScoresPerThread]) {
     score_row<T, D, Tile, Tile>(sQ, sK, row, part, s);
@@ -64,7 +68,7 @@ __device__ __forceinline__ Storage& shared_storage() {
 }
 
 template <typename T, int D, int Stages, class Scores>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, Scores::kMinBlocksPerSm)
     k3_forward_kernel(const __grid_constant__ typename K3Config<T, D, Stages>::Params params) {
   using Config = K3Config<T, D, Stages>;
   using E = typename Config::E;

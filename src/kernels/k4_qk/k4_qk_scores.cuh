@@ -22,6 +22,7 @@ struct WgmmaScores {
       cute::GMMA::ss_op_selector<E, E, float, cute::Shape<cute::_64, cute::_32, cute::Int<D>>>(),
       cute::Layout<cute::Shape<cute::_1, cute::_2, cute::_1>>{}));
   static_assert(cute::size(TiledMma{}) == kThreads);
+  static constexpr int kMinBlocksPerSm = 1;  // the S fragment and WGMMA need the registers
 
   __device__ static void scores(const T* sQ, const T* sK, float* sS, int row, int part,
                                 float (&s)[kScoresPerThread]) {
