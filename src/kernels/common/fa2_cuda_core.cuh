@@ -1,4 +1,4 @@
-// FA2's per-tile forward math on CUDA cores, shared by K2 (cp-free loads into padded rows) and the
+// FA2's per-tile forward math on CUDA cores, shared by K2 (plain loads into padded rows) and the
 // K3/K4.1 kernels (TMA into swizzled tiles): S = Q K^T, online softmax into P, O += P V, finalize.
 //
 // Thread layout: 256 threads = 64 row groups of 4. Row group `row` owns query row `row` of the
