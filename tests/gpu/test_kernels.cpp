@@ -78,17 +78,25 @@ TEST_P(KernelMatrix, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(AllKernels, KernelMatrix, ::testing::ValuesIn(matrix()), param_name);
 
-class PerKernel : public ::testing::TestWithParam<std::string> {};
+class PerKernel : public ::testing::TestWithParam<std::string> {
+ protected:
+  // A small problem for this test's kernel, at the first head dim of this build.
+  check::Config small(int seqlen_q, int seqlen_k, int heads_q, int heads_kv) const {
+    check::Config c;
+    c.kernel = GetParam();
+    c.head_dim = compiled_head_dims()[0];
+    c.seqlen_q = seqlen_q;
+    c.seqlen_k = seqlen_k;
+    c.heads_q = heads_q;
+    c.heads_kv = heads_kv;
+    return c;
+  }
+};
 
 // A non-default softmax scale reaches the kernel.
 TEST_P(PerKernel, CustomSoftmaxScale) {
   HFA_SKIP_WITHOUT_GPU();
-  check::Config c;
-  c.kernel = GetParam();
-  c.head_dim = compiled_head_dims()[0];
-  c.seqlen_q = 77;
-  c.seqlen_k = 90;
-  c.heads_q = c.heads_kv = 2;
+  check::Config c = small(77, 90, 2, 2);
   c.softmax_scale = 0.37f;
   check::CheckResult r;
   ASSERT_TRUE(check::run_check(c, 11, 0, &r).ok());
@@ -98,11 +106,7 @@ TEST_P(PerKernel, CustomSoftmaxScale) {
 // The checker itself can fail: a kernel run with a wrong scale or a wrong mask must be caught.
 TEST_P(PerKernel, CheckerCatchesWrongResults) {
   HFA_SKIP_WITHOUT_GPU();
-  check::Config c;
-  c.kernel = GetParam();
-  c.head_dim = compiled_head_dims()[0];
-  c.seqlen_q = c.seqlen_k = 100;
-  c.heads_q = c.heads_kv = 2;
+  const check::Config c = small(100, 100, 2, 2);
   check::DeviceBuffers buf;
   ASSERT_TRUE(buf.allocate(c).ok());
   check::CheckResult r;
@@ -117,13 +121,7 @@ TEST_P(PerKernel, CheckerCatchesWrongResults) {
 // seqlen_k == 0: every row sees no key, so O = 0 and LSE = -inf (and nothing is NaN).
 TEST_P(PerKernel, EmptyKeysGiveZeroOutput) {
   HFA_SKIP_WITHOUT_GPU();
-  check::Config c;
-  c.kernel = GetParam();
-  c.head_dim = compiled_head_dims()[0];
-  c.seqlen_q = 70;
-  c.seqlen_k = 0;
-  c.heads_q = 4;
-  c.heads_kv = 2;
+  const check::Config c = small(70, 0, 4, 2);
   check::CheckResult r;
   ASSERT_TRUE(check::run_check(c, 15, 0, &r).ok());
   EXPECT_TRUE(r.pass) << r.message;
@@ -133,14 +131,9 @@ TEST_P(PerKernel, EmptyKeysGiveZeroOutput) {
 // Results are identical from run to run (no races, no order-dependent reductions).
 TEST_P(PerKernel, Deterministic) {
   HFA_SKIP_WITHOUT_GPU();
-  check::Config c;
-  c.kernel = GetParam();
-  c.head_dim = compiled_head_dims().back();
+  check::Config c = small(300, 333, 4, 2);
+  c.head_dim = compiled_head_dims().back();  // the largest tiles of the build
   c.batch = 2;
-  c.seqlen_q = 300;
-  c.seqlen_k = 333;
-  c.heads_q = 4;
-  c.heads_kv = 2;
   c.causal = true;
   check::DeviceBuffers buf;
   ASSERT_TRUE(buf.allocate(c).ok());

@@ -5,8 +5,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "common/problem.h"
+#include "common/status_util.h"
 #include "hfa_build_config.h"
+#include "registry.h"
 
 namespace hfa {
 
@@ -24,6 +28,26 @@ cudaError_t dispatch_dtype_head_dim(const FwdProblem& p, cudaStream_t stream) {
   HFA_FOR_EACH_HEAD_DIM(HFA_DISPATCH_CASE)
 #undef HFA_DISPATCH_CASE
   return err;
+}
+
+// The registry entry of a kernel family. Family provides what differs between kernels:
+//   static constexpr const char* kName;
+//   static Status check(const FwdProblem&, const DeviceInfo&);        // support rules
+//   template <typename T, int D> static cudaError_t run(const FwdProblem&, cudaStream_t);
+// and the launch is the same for all: dispatch on (dtype, head_dim), report CUDA errors by name.
+template <class Family>
+KernelEntry make_entry(const char* description, const char* supports, int auto_priority) {
+  KernelEntry e;
+  e.name = Family::kName;
+  e.description = description;
+  e.supports = supports;
+  e.auto_priority = auto_priority;
+  e.check = Family::check;
+  e.launch = [](const FwdProblem& p, const DeviceInfo&, cudaStream_t stream) {
+    const std::string what = std::string("launching ") + Family::kName;
+    return cuda_status(dispatch_dtype_head_dim<Family>(p, stream), what.c_str());
+  };
+  return e;
 }
 
 }  // namespace hfa

@@ -191,20 +191,26 @@ __global__ void __launch_bounds__(256, 1)
   });
 }
 
-template <typename T, int D>
-cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
+// Host side of every kernel on K4's configuration (k4, k5): descriptors, shared-memory limit,
+// one CTA of `threads` per 128-row Q tile.
+template <typename T, int D, class Kernel>
+cudaError_t launch_k4_config(Kernel kernel, int threads, const FwdProblem& p, cudaStream_t stream) {
   using Config = K4Config<T, D>;
   typename Config::Params params;
   params.problem = p;
   sm90::make_attention_tmas<typename Config::E, Config::kBlockM, Config::kBlockN, D>(
       p, &params.tma_q, &params.tma_k, &params.tma_v);
-  auto kernel = k4_forward_kernel<T, D>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Config::kSmemBytes);
   if (err != cudaSuccess) return err;
-  kernel<<<sm90::SingleTileScheduler::grid_shape(p, Config::kBlockM), Config::kThreads,
-           Config::kSmemBytes, stream>>>(params);
+  kernel<<<sm90::SingleTileScheduler::grid_shape(p, Config::kBlockM), threads, Config::kSmemBytes,
+           stream>>>(params);
   return cudaGetLastError();
+}
+
+template <typename T, int D>
+cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
+  return launch_k4_config<T, D>(k4_forward_kernel<T, D>, K4Config<T, D>::kThreads, p, stream);
 }
 
 }  // namespace hfa::k4

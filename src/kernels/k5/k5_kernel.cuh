@@ -56,18 +56,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <typename T, int D>
 cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
-  using Config = k4::K4Config<T, D>;
-  typename Config::Params params;
-  params.problem = p;
-  sm90::make_attention_tmas<typename Config::E, Config::kBlockM, Config::kBlockN, D>(
-      p, &params.tma_q, &params.tma_k, &params.tma_v);
-  auto kernel = k5_forward_kernel<T, D>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Config::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  kernel<<<sm90::SingleTileScheduler::grid_shape(p, Config::kBlockM), kThreads, Config::kSmemBytes,
-           stream>>>(params);
-  return cudaGetLastError();
+  return k4::launch_k4_config<T, D>(k5_forward_kernel<T, D>, kThreads, p, stream);
 }
 
 }  // namespace hfa::k5
