@@ -66,7 +66,7 @@ fi
 if [[ " $steps " == *" sanitize "* ]]; then
   # Small shapes that still cover ragged tiles, seqlen_q != seqlen_k, GQA and causal.
   for tool in memcheck racecheck synccheck; do
-    for kernel in ${SANITIZE_KERNELS:-k1 k2 k3_1 k3_2 k3_3 k4_qk k4 k5}; do
+    for kernel in ${SANITIZE_KERNELS:-k1 k2 k3_1 k3_2 k3_3 k4_qk k4 k5 k6 k6_no_pingpong k6_no_overlap}; do
       for d in 64 256; do
         # 5 stages of d = 256 tiles do not fit shared memory: k3_3 has no d = 256 (it says so).
         [ "$kernel" = k3_3 ] && [ "$d" = 256 ] && d=128
@@ -74,6 +74,13 @@ if [[ " $steps " == *" sanitize "* ]]; then
           "$bench" "$kernel" --seqlen 130 --seqlen-k 200 --headdim "$d" --batch 1 --heads 4 \
           --heads-kv 2 --causal --check --iters 1 --warmup 0
       done
+      # Persistent kernels: more tiles than SMs, so each CTA reuses its Q buffer and K/V ring
+      # across tiles of different lengths (5 x 80 = 400 tiles).
+      if [[ $kernel == k6* ]]; then
+        step "sanitize-$tool-$kernel-many-tiles" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+          "$bench" "$kernel" --seqlen 600 --seqlen-k 700 --headdim 128 --batch 2 --heads 40 \
+          --heads-kv 8 --causal --check --check-rows 256 --iters 1 --warmup 0
+      fi
     done
   done
 fi

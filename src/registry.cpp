@@ -6,7 +6,8 @@ const std::vector<KernelEntry>& registry() {
   // Explicit list (no static-initializer self-registration, which static linking can drop).
   static const std::vector<KernelEntry> entries = {k1_entry(), k2_entry(), k3_1_entry(),
                                                      k3_2_entry(), k3_3_entry(), k4_qk_entry(),
-                                                     k4_entry(), k5_entry()};
+                                                     k4_entry(), k5_entry(), k6_entry(),
+                                                     k6_no_pingpong_entry(), k6_no_overlap_entry()};
   return entries;
 }
 

@@ -35,5 +35,8 @@ KernelEntry k3_3_entry();
 KernelEntry k4_qk_entry();
 KernelEntry k4_entry();
 KernelEntry k5_entry();
+KernelEntry k6_entry();
+KernelEntry k6_no_pingpong_entry();
+KernelEntry k6_no_overlap_entry();
 
 }  // namespace hfa

@@ -241,7 +241,7 @@ TEST(Validation, AutoPicksTheFastestSupportingKernel) {
   const KernelEntry* kernel = nullptr;
   ASSERT_TRUE(select_kernel_for("auto", p, hopper(), &kernel).ok());
   ASSERT_NE(kernel, nullptr);
-  EXPECT_EQ(kernel->name, "k5");  // today's fastest on Hopper; update when a faster kernel lands
+  EXPECT_EQ(kernel->name, "k6");  // today's fastest on Hopper; update when a faster kernel lands
   DeviceInfo ampere = hopper();
   ampere.cc_major = 8;
   ampere.cc_minor = 0;
@@ -253,7 +253,7 @@ TEST(Validation, HopperKernelsNeedHopper) {
   DeviceInfo ampere = hopper();
   ampere.cc_major = 8;
   ampere.cc_minor = 6;
-  for (const char* k : {"k3_1", "k3_2", "k3_3", "k4_qk", "k4", "k5"}) {
+  for (const char* k : {"k3_1", "k3_2", "k3_3", "k4_qk", "k4", "k5", "k6", "k6_no_pingpong", "k6_no_overlap"}) {
     ForwardArgs a = valid_args();
     a.kernel = k;
     EXPECT_TRUE(plan(a).ok()) << k << ": " << plan(a).message;

@@ -154,6 +154,23 @@ TEST_P(PerKernel, Deterministic) {
   EXPECT_TRUE(outs[0] == outs[1] && outs[1] == outs[2]);
 }
 
+// More Q tiles than twice the SMs of an H100 (9 x 48 = 432 tiles of 128 rows, 132 SMs): a
+// persistent kernel (k6) runs several tiles per CTA, reusing its Q buffer and K/V ring across
+// tiles of different lengths (causal, longest first), with GQA and seqlen_q != seqlen_k.
+TEST_P(PerKernel, ManyTilesPerSm) {
+  HFA_SKIP_WITHOUT_GPU();
+  for (bool causal : {true, false}) {
+    check::Config c = small(1100, 1300, 16, 4);
+    c.batch = 3;
+    c.causal = causal;
+    check::CheckResult r;
+    const Status st = check::run_check(c, causal ? 17 : 18, kMaxRowsChecked, &r);
+    if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << st.message;
+    ASSERT_TRUE(st.ok()) << st.message;
+    EXPECT_TRUE(r.pass) << c.describe() << ": " << r.message;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllKernels, PerKernel, ::testing::ValuesIn(kernel_names()),
                          [](const auto& info) { return info.param; });
 

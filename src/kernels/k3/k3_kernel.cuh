@@ -59,14 +59,6 @@ struct K3Config {
   };
 };
 
-// Dynamic shared memory, aligned to 1024 bytes for the swizzled TMA tiles.
-template <class Storage>
-__device__ __forceinline__ Storage& shared_storage() {
-  extern __shared__ char smem_raw[];
-  const uintptr_t p = (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023};
-  return *reinterpret_cast<Storage*>(p);
-}
-
 template <typename T, int D, int Stages, class Scores>
 __global__ void __launch_bounds__(kThreads, Scores::kMinBlocksPerSm)
     k3_forward_kernel(const __grid_constant__ typename K3Config<T, D, Stages>::Params params) {
@@ -74,7 +66,7 @@ __global__ void __launch_bounds__(kThreads, Scores::kMinBlocksPerSm)
   using E = typename Config::E;
   using Pipeline = typename Config::Pipeline;
   using namespace cute;
-  auto& ss = shared_storage<typename Config::SharedStorage>();
+  auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const FwdProblem& p = params.problem;
 
   const sm90::BlockCoord bc = sm90::SingleTileScheduler{}.block_coord();

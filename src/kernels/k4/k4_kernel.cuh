@@ -11,10 +11,9 @@
 #include <cute/tensor.hpp>
 
 #include "common/problem.h"
-#include "kernels/k3/k3_kernel.cuh"  // shared_storage()
 #include "kernels/k4/k4_launch.h"
+#include "kernels/sm90/common/attention_config.cuh"
 #include "kernels/sm90/common/attention_loads.cuh"
-#include "kernels/sm90/common/element.cuh"
 #include "kernels/sm90/common/fragment_softmax.cuh"
 #include "kernels/sm90/common/mask.cuh"
 #include "kernels/sm90/common/pipeline.cuh"
@@ -25,65 +24,7 @@
 namespace hfa::k4 {
 
 template <typename T, int D>
-struct K4Config {
-  using E = typename sm90::CutlassElement<T>::type;
-  static constexpr int kBlockM = 128, kBlockN = block_n(D), kStages = stages(D);
-  static constexpr int kThreads = 256;  // 2 warpgroups
-  using QLayout = sm90::TileLayout<E, kBlockM, D>;
-  using KVLayout = sm90::TileLayout<E, kBlockN, D>;
-  // V^T (D, kBlockN) over V's K-major tile: element (d, n) is V(n, d). GMMA reads it MN-major.
-  using VtLayout = decltype(cute::composition(
-      KVLayout{}, cute::Layout<cute::Shape<cute::Int<D>, cute::Int<kBlockN>>,
-                               cute::Stride<cute::Int<kBlockN>, cute::_1>>{}));
-  using WarpgroupsAlongM = cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>;
-  using MmaQK = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<kBlockN>, cute::Int<D>>>(),
-      WarpgroupsAlongM{}));
-  using MmaPV = decltype(cute::make_tiled_mma(
-      cute::GMMA::rs_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<D>, cute::Int<kBlockN>>,
-                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
-      WarpgroupsAlongM{}));
-  using Pipeline = sm90::TmaPipeline<kStages>;
-  static constexpr int kQElems = kBlockM * D, kKVElems = kBlockN * D;
-
-  struct SharedStorage {
-    alignas(1024) E q[kQElems];
-    alignas(1024) E k[kStages][kKVElems];
-    alignas(1024) E v[kStages][kKVElems];
-    typename Pipeline::SharedStorage pipeline;
-    uint64_t q_full;
-  };
-  static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
-  static_assert(kSmemBytes <= smem_bytes(D), "k4_launch.h's smem_bytes() must bound the kernel's");
-
-  struct Params {
-    FwdProblem problem;
-    sm90::TileTma<E, kBlockM, D> tma_q;
-    sm90::TileTma<E, kBlockN, D> tma_k, tma_v;
-  };
-};
-
-// O (fp32 fragment, normalized) and LSE to global memory; rows past seqlen_q are dropped.
-template <typename T, class TO, class TC>
-__device__ __forceinline__ void store_output(const FwdProblem& p, TO& o_rc, TC& coord_rc,
-                                             const float* lse, int b, int h, int q0) {
-  using namespace cute;
-  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
-  CUTE_UNROLL
-  for (int r = 0; r < size<0>(o_rc); ++r) {
-    const int qi = q0 + get<0>(coord_rc(r, 0));
-    if (qi >= p.seqlen_q) continue;
-    T* orow = o + qi * p.o_row_stride;
-    CUTE_UNROLL
-    for (int c = 0; c < size<1>(o_rc); c += 2) {  // a thread's column pairs are adjacent
-      const int col = get<1>(coord_rc(r, c));
-      T pair[2] = {from_float<T>(o_rc(r, c)), from_float<T>(o_rc(r, c + 1))};
-      *reinterpret_cast<uint32_t*>(orow + col) = *reinterpret_cast<uint32_t*>(pair);
-    }
-    if (p.lse && threadIdx.x % 4 == 0)
-      p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + qi * p.lse_row_stride] = lse[r];
-  }
-}
+using K4Config = sm90::AttentionConfig<T, D, block_n(D), stages(D)>;
 
 // What a consumer warpgroup does for one Q tile: for every KV tile, wait for its stage, S = Q K^T,
 // mask (diagonal tiles only), online softmax, O += P V, release the stage; then O and LSE out.
@@ -116,7 +57,7 @@ __device__ __forceinline__ void consume_q_tile(const typename K4Config<T, D>::Pa
   sm90::OnlineSoftmax<decltype(size<0>(o_rc))::value> softmax;
   const float scale_log2 = p.softmax_scale * sm90::kLog2e;
 
-  sm90::OnceBarrier::wait(ss.q_full);
+  Config::QPipeline::consumer_wait(ss.q_pipeline, Config::QPipeline::consumer_start());
   typename Pipeline::State consumer = Pipeline::consumer_start();
   for (int tile = 0; tile < range.n_tiles; ++tile) {
     Pipeline::consumer_wait(ss.pipeline, consumer);
@@ -128,17 +69,7 @@ __device__ __forceinline__ void consume_q_tile(const typename K4Config<T, D>::Pa
     // Scale to log2 units; mask only the tiles that cross the diagonal or the end of the keys.
     Tensor s_rc = sm90::as_rowcol(tSrS);
     Tensor c_rc = sm90::as_rowcol(tScS);
-    if (tile >= range.n_unmasked) {
-      CUTE_UNROLL
-      for (int r = 0; r < size<0>(s_rc); ++r)
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(s_rc); ++c)
-          s_rc(r, c) = mask.visible(q0 + get<0>(c_rc(r, c)), tile * kBlockN + get<1>(c_rc(r, c)))
-                           ? s_rc(r, c) * scale_log2 : -INFINITY;
-    } else {
-      CUTE_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) tSrS(i) *= scale_log2;
-    }
+    sm90::scale_and_mask(s_rc, c_rc, mask, tile >= range.n_unmasked, q0, tile * kBlockN, scale_log2);
     softmax.update(s_rc, o_rc);
 
     Tensor tOrP = sm90::acc_to_a_operand<E>(tSrS);  // P stays in registers
@@ -155,7 +86,7 @@ __device__ __forceinline__ void consume_q_tile(const typename K4Config<T, D>::Pa
   softmax.finalize(o_rc, lse);
   Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<D>>{}));
   Tensor coord_rc = sm90::as_rowcol(tOcO);
-  store_output<T>(p, o_rc, coord_rc, lse, bc.batch, bc.head, q0);
+  sm90::store_output<T>(p, o_rc, coord_rc, lse, bc.batch, bc.head, q0);
 }
 
 template <typename T, int D>
@@ -163,15 +94,15 @@ __global__ void __launch_bounds__(256, 1)
     k4_forward_kernel(const __grid_constant__ typename K4Config<T, D>::Params params) {
   using Config = K4Config<T, D>;
   using Pipeline = typename Config::Pipeline;
-  auto& ss = k3::shared_storage<typename Config::SharedStorage>();
+  auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const FwdProblem& p = params.problem;
   const sm90::BlockCoord bc = sm90::SingleTileScheduler{}.block_coord();
   const int hk = bc.head / p.group_size();
   const sm90::KvRange range = sm90::AttentionMask::range(p, bc.m_block * Config::kBlockM,
                                                          Config::kBlockM, Config::kBlockN);
   if (threadIdx.x == 0) {
-    Pipeline::init(ss.pipeline, Config::kThreads);
-    sm90::OnceBarrier::init(ss.q_full);
+    Pipeline::init(ss.pipeline, Config::kConsumerThreads);
+    Config::QPipeline::init(ss.q_pipeline, Config::kConsumerThreads);
   }
   __syncthreads();
 
@@ -182,8 +113,9 @@ __global__ void __launch_bounds__(256, 1)
         ss.pipeline, producer, params.tma_k, params.tma_v, ss.k[0], ss.v[0], p, hk, bc.batch, tile);
   };
   if (threadIdx.x == 0) {
-    sm90::load_q_tile<Config::kBlockM, D, typename Config::QLayout>(params.tma_q, ss.q_full, ss.q, p,
-                                                                   bc.head, bc.batch, bc.m_block);
+    typename Config::QPipeline::State q_state = Config::QPipeline::producer_start();
+    sm90::load_q_stage<typename Config::QPipeline, Config::kBlockM, D, typename Config::QLayout>(
+        ss.q_pipeline, q_state, params.tma_q, ss.q, p, bc.head, bc.batch, bc.m_block);
     for (int tile = 0; tile < min(Config::kStages, range.n_tiles); ++tile) issue_kv(tile);
   }
   consume_q_tile<T, D>(params, ss, bc, range, threadIdx.x, [&](int tile) {
@@ -191,26 +123,20 @@ __global__ void __launch_bounds__(256, 1)
   });
 }
 
-// Host side of every kernel on K4's configuration (k4, k5): descriptors, shared-memory limit,
-// one CTA of `threads` per 128-row Q tile.
+// Host side of every kernel on K4's configuration (k4, k5): one CTA of `threads` per Q tile.
 template <typename T, int D, class Kernel>
 cudaError_t launch_k4_config(Kernel kernel, int threads, const FwdProblem& p, cudaStream_t stream) {
   using Config = K4Config<T, D>;
-  typename Config::Params params;
+  static_assert(Config::kSmemBytes <= smem_bytes(D), "k4_launch.h's smem_bytes() must bound the kernel's");
+  typename Config::Params params{};
   params.problem = p;
-  sm90::make_attention_tmas<typename Config::E, Config::kBlockM, Config::kBlockN, D>(
-      p, &params.tma_q, &params.tma_k, &params.tma_v);
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Config::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  kernel<<<sm90::SingleTileScheduler::grid_shape(p, Config::kBlockM), threads, Config::kSmemBytes,
-           stream>>>(params);
-  return cudaGetLastError();
+  return sm90::launch_attention<Config>(
+      kernel, sm90::SingleTileScheduler::grid_shape(p, Config::kBlockM), threads, params, stream);
 }
 
 template <typename T, int D>
 cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
-  return launch_k4_config<T, D>(k4_forward_kernel<T, D>, K4Config<T, D>::kThreads, p, stream);
+  return launch_k4_config<T, D>(k4_forward_kernel<T, D>, K4Config<T, D>::kConsumerThreads, p, stream);
 }
 
 }  // namespace hfa::k4

@@ -23,15 +23,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     k5_forward_kernel(const __grid_constant__ typename k4::K4Config<T, D>::Params params) {
   using Config = k4::K4Config<T, D>;  // tiles, ring depth, MMAs: K4's
   using Pipeline = typename Config::Pipeline;
-  auto& ss = k3::shared_storage<typename Config::SharedStorage>();
+  auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const FwdProblem& p = params.problem;
   const sm90::BlockCoord bc = sm90::SingleTileScheduler{}.block_coord();
   const sm90::KvRange range = sm90::AttentionMask::range(p, bc.m_block * Config::kBlockM,
                                                          Config::kBlockM, Config::kBlockN);
-  constexpr int kConsumerThreads = 256;
+  constexpr int kConsumerThreads = Config::kConsumerThreads;
   if (threadIdx.x == 0) {
     Pipeline::init(ss.pipeline, kConsumerThreads);
-    sm90::OnceBarrier::init(ss.q_full);
+    Config::QPipeline::init(ss.q_pipeline, kConsumerThreads);
   }
   __syncthreads();
 
@@ -40,8 +40,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
     if (threadIdx.x == 0) {
       const int hk = bc.head / p.group_size();
-      sm90::load_q_tile<Config::kBlockM, D, typename Config::QLayout>(
-          params.tma_q, ss.q_full, ss.q, p, bc.head, bc.batch, bc.m_block);
+      typename Config::QPipeline::State q_state = Config::QPipeline::producer_start();
+      sm90::load_q_stage<typename Config::QPipeline, Config::kBlockM, D, typename Config::QLayout>(
+          ss.q_pipeline, q_state, params.tma_q, ss.q, p, bc.head, bc.batch, bc.m_block);
       typename Pipeline::State producer = Pipeline::producer_start();
       for (int tile = 0; tile < range.n_tiles; ++tile)  // waits for each stage to be released
         sm90::load_kv_tiles<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(

@@ -20,6 +20,20 @@ __device__ void load_q_tile(const Tma& tma, uint64_t& barrier, Element* smem, co
                        p.heads_q, p.batch, h, b, m_block);
 }
 
+// Q tile `m_block` of (batch b, head h) into the Q buffer, treated as a one-stage ring
+// (AttentionConfig::QPipeline): waits until the previous tile's Q was released. Advances `state`.
+template <class QPipeline, int BlockM, int D, class QLayout, class Tma, class Element>
+__device__ void load_q_stage(typename QPipeline::SharedStorage& q_pipeline,
+                             typename QPipeline::State& state, const Tma& tma, Element* smem,
+                             const FwdProblem& p, int h, int b, int m_block) {
+  using namespace cute;
+  QPipeline::producer_acquire(q_pipeline, state, BlockM * D * sizeof(Element));
+  load_tile<BlockM, D>(tma, QPipeline::full_barrier(q_pipeline, state),
+                       make_tensor(make_smem_ptr(smem), QLayout{}), p.seqlen_q, p.heads_q, p.batch,
+                       h, b, m_block);
+  state.advance();
+}
+
 // K and V tile `tile` of (batch b, KV head hk) into the ring stage `state` points at, once that
 // stage is empty; one full barrier expects both tiles' bytes. Advances `state`.
 // k_ring / v_ring: the first of the ring's stages, each BlockN x D elements.

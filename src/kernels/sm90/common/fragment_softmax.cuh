@@ -31,6 +31,15 @@ struct OnlineSoftmax {
   // o: (rows, cols) output accumulator, rescaled by exp2(old max - new max).
   template <class TS, class TO>
   __device__ __forceinline__ void update(TS& s, TO& o) {
+    float alpha[kRows];
+    update_scores(s, alpha);
+    rescale(o, alpha);
+  }
+
+  // The first half of update, for kernels that rescale O later (K6: O is still being accumulated
+  // by the previous tile's P V while this runs). alpha: each row's exp2(old max - new max).
+  template <class TS>
+  __device__ __forceinline__ void update_scores(TS& s, float (&alpha)[kRows]) {
     using namespace cute;
     static_assert(size<0>(typename std::decay_t<TS>::layout_type{}) == kRows);
     CUTE_UNROLL
@@ -40,7 +49,7 @@ struct OnlineSoftmax {
       for (int c = 0; c < size<1>(s); ++c) mx = fmaxf(mx, s(r, c));
       mx = quad_max(mx);
       const float m_safe = mx == -INFINITY ? 0.f : mx;  // no key seen yet: avoid -inf - -inf
-      const float alpha = exp2f(row_max[r] - m_safe);
+      alpha[r] = exp2f(row_max[r] - m_safe);
       row_max[r] = mx;
       float sum = 0.f;
       CUTE_UNROLL
@@ -48,10 +57,17 @@ struct OnlineSoftmax {
         s(r, c) = exp2f(s(r, c) - m_safe);
         sum += s(r, c);
       }
-      row_sum[r] = row_sum[r] * alpha + sum;
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= alpha;
+      row_sum[r] = row_sum[r] * alpha[r] + sum;
     }
+  }
+
+  template <class TO>
+  __device__ __forceinline__ void rescale(TO& o, const float (&alpha)[kRows]) {
+    using namespace cute;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r)
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= alpha[r];
   }
 
   // Divides O by the row sums (0 for rows that saw no key: the l = 0 guard) and returns each

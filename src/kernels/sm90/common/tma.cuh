@@ -21,6 +21,15 @@ template <typename Element, int Rows, int D>
 using TileLayout = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
                                                 cute::Shape<cute::Int<Rows>, cute::Int<D>>{}));
 
+// The dynamic shared memory of a kernel, 1024-byte aligned: the 128-byte swizzle
+// pattern of TileLayout repeats every 1024 bytes and GMMA/TMA assume tiles start on one.
+template <class Storage>
+__device__ __forceinline__ Storage& aligned_shared_storage() {
+  extern __shared__ char smem_raw[];
+  const uintptr_t p = (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023};
+  return *reinterpret_cast<Storage*>(p);
+}
+
 // Element addressing of a TileLayout tile (2-byte elements) for code that reads it with plain
 // loads rather than GMMA. The 128-byte swizzle atom is 8 rows x 64 elements (1 KB): 16-byte chunk
 // c of row r sits at chunk c ^ (r % 8). tile_to_shape stacks atoms down the rows first, then

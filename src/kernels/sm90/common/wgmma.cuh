@@ -6,10 +6,12 @@
 
 namespace hfa::sm90 {
 
-// C (+)= A B with one warpgroup-wide WGMMA batch, waited for before returning. A and B are
-// GMMA descriptors of shared memory, or A is a register fragment (the RS form, kRegisterA).
+// Issues C (+)= A B as one warpgroup-wide WGMMA batch and commits it, without waiting: the
+// caller waits with warpgroup_wait<N>() (N = batches allowed to stay in flight) and then
+// fence_after_wait(c) (and a, for the RS form) before touching the registers. A and B are GMMA
+// descriptors of shared memory, or A is a register fragment (the RS form, kRegisterA).
 template <bool kZeroInit, bool kRegisterA = false, class TiledMma, class TA, class TB, class TC>
-__device__ __forceinline__ void warpgroup_gemm(TiledMma& mma, TA& a, TB const& b, TC& c) {
+__device__ __forceinline__ void warpgroup_gemm_issue(TiledMma& mma, TA& a, TB const& b, TC& c) {
   using namespace cute;
   if constexpr (kRegisterA) warpgroup_fence_operand(a);
   warpgroup_fence_operand(c);
@@ -21,9 +23,22 @@ __device__ __forceinline__ void warpgroup_gemm(TiledMma& mma, TA& a, TB const& b
     mma.accumulate_ = GMMA::ScaleOut::One;
   }
   warpgroup_commit_batch();
-  warpgroup_wait<0>();
-  warpgroup_fence_operand(c);
-  if constexpr (kRegisterA) warpgroup_fence_operand(a);
+}
+
+// After warpgroup_wait: keeps the compiler from moving reads or writes of a fragment the
+// finished batch used above the wait.
+template <class... Fragments>
+__device__ __forceinline__ void fence_after_wait(Fragments&... fragments) {
+  (cute::warpgroup_fence_operand(fragments), ...);
+}
+
+// C (+)= A B, issued and waited for before returning.
+template <bool kZeroInit, bool kRegisterA = false, class TiledMma, class TA, class TB, class TC>
+__device__ __forceinline__ void warpgroup_gemm(TiledMma& mma, TA& a, TB const& b, TC& c) {
+  warpgroup_gemm_issue<kZeroInit, kRegisterA>(mma, a, b, c);
+  cute::warpgroup_wait<0>();
+  fence_after_wait(c);
+  if constexpr (kRegisterA) fence_after_wait(a);
 }
 
 // A WGMMA accumulator fragment ((2, 2, N/8), MMA_M, MMA_N) viewed as (rows, cols) of this
@@ -45,18 +60,28 @@ __device__ __forceinline__ auto as_rowcol(AccTensor&& t) {
 // The accumulator of S = Q K^T (fp32, ((2,2,N/8),1,1)) converted to the element type, laid out as
 // the register A operand of the next GEMM (P V): ((2,2,2),1,N/16). Both layouts walk a thread's
 // registers in the same order (column pair, row, 8-column half), so element i maps to element i:
-// this is the register handoff of P, with no shared memory in between.
+// this is the register handoff of P, with no shared memory in between. make_a_operand_for makes
+// the (uninitialized) operand, convert_to_a_operand fills one, acc_to_a_operand does both.
 template <typename Element, class AccTensor>
-__device__ __forceinline__ auto acc_to_a_operand(const AccTensor& acc) {
+__device__ __forceinline__ auto make_a_operand_for(const AccTensor&) {
   using namespace cute;
   constexpr int kN8 = size<0, 2>(typename AccTensor::layout_type{});
   static_assert(size<1>(typename AccTensor::layout_type{}) == 1 &&
                     size<2>(typename AccTensor::layout_type{}) == 1 && kN8 % 2 == 0,
                 "one 64-row WGMMA accumulator per thread expected");
   using ALayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kN8 / 2>>, Stride<Stride<_1, _2, _4>, _0, _8>>;
-  auto a = cute::make_tensor<Element>(ALayout{});
+  return cute::make_tensor<Element>(ALayout{});
+}
+template <class AccTensor, class ATensor>
+__device__ __forceinline__ void convert_to_a_operand(const AccTensor& acc, ATensor& a) {
+  using Element = typename ATensor::value_type;
   CUTE_UNROLL
-  for (int i = 0; i < size(acc); ++i) a(i) = static_cast<Element>(acc(i));
+  for (int i = 0; i < cute::size(acc); ++i) a(i) = static_cast<Element>(acc(i));
+}
+template <typename Element, class AccTensor>
+__device__ __forceinline__ auto acc_to_a_operand(const AccTensor& acc) {
+  auto a = make_a_operand_for<Element>(acc);
+  convert_to_a_operand(acc, a);
   return a;
 }
 

@@ -1,0 +1,225 @@
+// K6: K5's warp specialization plus the three FlashAttention-3 scheduling ideas.
+//
+//  1. Inter-warpgroup ping-pong (sm90/common/warpgroup_turns.cuh): the two consumer warpgroups
+//     take turns issuing GEMMs, so one's softmax runs while the other's GEMMs run.
+//  2. Intra-warpgroup overlap: in iteration j a warpgroup issues S_j = Q K_j^T and then
+//     O += P_{j-1} V_{j-1} back to back, waits only for S_j, and runs the softmax of S_j while
+//     P_{j-1} V_{j-1} is still on the tensor cores. O is rescaled by tile j's alpha after that
+//     GEMM lands. The price: S_j and P_{j-1} are live at once (more registers).
+//  3. A persistent tile scheduler (sm90/common/tile_scheduler.cuh): one CTA per SM walks the
+//     tiles, longest causal tiles first, and the producer keeps streaming the next tile's Q and
+//     K/V while the consumers finish the current one (the K/V ring runs across tiles; Q is a
+//     one-stage ring released after a tile's last Q K^T).
+//
+// Variant::kNoPingPong / kNoIntraWarpgroupOverlap switch 1 or 2 off, for the ablation.
+#pragma once
+
+#include <cutlass/arch/reg_reconfig.h>
+
+#include <cute/tensor.hpp>
+
+#include "common/problem.h"
+#include "kernels/k6/k6_launch.h"
+#include "kernels/sm90/common/attention_config.cuh"
+#include "kernels/sm90/common/attention_loads.cuh"
+#include "kernels/sm90/common/fragment_softmax.cuh"
+#include "kernels/sm90/common/mask.cuh"
+#include "kernels/sm90/common/tile_scheduler.cuh"
+#include "kernels/sm90/common/warpgroup_turns.cuh"
+#include "kernels/sm90/common/wgmma.cuh"
+
+namespace hfa::k6 {
+
+// 384 threads: producer warpgroup + 2 consumer warpgroups, registers as in K5 (k5_kernel.cuh):
+// 128 x 24 + 256 x 240 = 64512 <= 65536.
+constexpr int kThreads = 384;
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+// K/V bytes a scheduler group of (head, batch) pairs may keep in the 50 MB L2 of an H100.
+constexpr long long kL2GroupBytes = 24LL << 20;
+
+template <typename T, int D>
+using K6Config = sm90::AttentionConfig<T, D, block_n(D), stages(D)>;
+
+// One consumer warpgroup's work on one Q tile (its 64 rows): every KV tile, then O and LSE out.
+// kv / q: the consumer's positions in the K/V ring and the Q ring, carried across tiles.
+template <typename T, int D, bool kPingPong, bool kOverlap>
+__device__ __forceinline__ void consume_tile(const typename K6Config<T, D>::Params& params,
+                                             typename K6Config<T, D>::SharedStorage& ss,
+                                             const sm90::BlockCoord& bc,
+                                             typename K6Config<T, D>::Pipeline::State& kv,
+                                             typename K6Config<T, D>::QPipeline::State& q,
+                                             const sm90::WarpgroupTurns<kPingPong>& turns,
+                                             int mma_thread) {
+  using Config = K6Config<T, D>;
+  using Pipeline = typename Config::Pipeline;
+  using QPipeline = typename Config::QPipeline;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+  using namespace cute;
+  const FwdProblem& p = params.problem;
+  const int q0 = bc.m_block * kBlockM;
+  const sm90::KvRange range = sm90::AttentionMask::range(p, q0, kBlockM, kBlockN);
+  const sm90::AttentionMask mask(p);
+  const float scale_log2 = p.softmax_scale * sm90::kLog2e;
+
+  typename Config::MmaQK mma_qk;
+  typename Config::MmaPV mma_pv;
+  auto thr_qk = mma_qk.get_thread_slice(mma_thread);
+  auto thr_pv = mma_pv.get_thread_slice(mma_thread);
+  Tensor tSrQ = thr_qk.partition_fragment_A(make_tensor(make_smem_ptr(ss.q), typename Config::QLayout{}));
+  Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
+  Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<D>>{});
+  Tensor tOrP = sm90::make_a_operand_for<typename Config::E>(tSrS);
+  Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  Tensor s_rc = sm90::as_rowcol(tSrS);
+  Tensor c_rc = sm90::as_rowcol(tScS);
+  Tensor o_rc = sm90::as_rowcol(tOrO);
+  constexpr int kRows = decltype(size<0>(o_rc))::value;
+  sm90::OnlineSoftmax<kRows> softmax;
+  float alpha[kRows];
+  clear(tOrO);
+
+  auto issue_qk = [&](const typename Pipeline::State& st) {
+    Tensor tSrK = thr_qk.partition_fragment_B(
+        make_tensor(make_smem_ptr(ss.k[st.index]), typename Config::KVLayout{}));
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_qk, tSrQ, tSrK, tSrS);
+  };
+  auto issue_pv = [&](const typename Pipeline::State& st) {
+    Tensor tOrV = thr_pv.partition_fragment_B(
+        make_tensor(make_smem_ptr(ss.v[st.index]), typename Config::VtLayout{}));
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_pv, tOrP, tOrV, tOrO);
+  };
+  // S of `tile` has landed: Q is free after the tile's last Q K^T; scale, mask, softmax.
+  auto softmax_of = [&](int tile) {
+    if (tile == range.n_tiles - 1) QPipeline::consumer_release(ss.q_pipeline, q);
+    sm90::scale_and_mask(s_rc, c_rc, mask, tile >= range.n_unmasked, q0, tile * kBlockN, scale_log2);
+    softmax.update_scores(s_rc, alpha);
+  };
+
+  QPipeline::consumer_wait(ss.q_pipeline, q);
+  if (range.n_tiles == 0) QPipeline::consumer_release(ss.q_pipeline, q);  // sees no key: O = 0
+  typename Pipeline::State prev = kv;  // the stage whose P V is pending
+  if (range.n_tiles > 0) {
+    // Tile 0: S_0 alone (O is zero: no rescale).
+    Pipeline::consumer_wait(ss.pipeline, kv);
+    turns.begin();
+    issue_qk(kv);
+    turns.end();
+    warpgroup_wait<0>();
+    sm90::fence_after_wait(tSrS);
+    softmax_of(0);
+    sm90::convert_to_a_operand(tSrS, tOrP);
+    prev = kv;
+    kv.advance();
+  }
+  for (int tile = 1; tile < range.n_tiles; ++tile) {
+    Pipeline::consumer_wait(ss.pipeline, kv);
+    turns.begin();
+    if constexpr (kOverlap) {  // S_j and P_{j-1} V_{j-1} in flight together; wait for S_j only
+      issue_qk(kv);
+      issue_pv(prev);
+      turns.end();
+      warpgroup_wait<1>();
+      sm90::fence_after_wait(tSrS);
+      softmax_of(tile);
+      warpgroup_wait<0>();
+      sm90::fence_after_wait(tOrO, tOrP);
+    } else {  // one GEMM at a time: P_{j-1} V_{j-1}, then S_j, then the softmax
+      issue_pv(prev);
+      warpgroup_wait<0>();
+      sm90::fence_after_wait(tOrO, tOrP);
+      issue_qk(kv);
+      turns.end();
+      warpgroup_wait<0>();
+      sm90::fence_after_wait(tSrS);
+      softmax_of(tile);
+    }
+    Pipeline::consumer_release(ss.pipeline, prev);
+    softmax.rescale(o_rc, alpha);
+    sm90::convert_to_a_operand(tSrS, tOrP);
+    prev = kv;
+    kv.advance();
+  }
+  if (range.n_tiles > 0) {  // the last tile's P V
+    turns.begin();
+    issue_pv(prev);
+    turns.end();
+    warpgroup_wait<0>();
+    sm90::fence_after_wait(tOrO, tOrP);
+    Pipeline::consumer_release(ss.pipeline, prev);
+  }
+
+  float lse[kRows];
+  softmax.finalize(o_rc, lse);
+  Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<D>>{}));
+  Tensor coord_rc = sm90::as_rowcol(tOcO);
+  sm90::store_output<T>(p, o_rc, coord_rc, lse, bc.batch, bc.head, q0);
+}
+
+template <typename T, int D, Variant V>
+__global__ void __launch_bounds__(kThreads, 1)
+    k6_forward_kernel(const __grid_constant__ typename K6Config<T, D>::Params params) {
+  using Config = K6Config<T, D>;
+  using Pipeline = typename Config::Pipeline;
+  using QPipeline = typename Config::QPipeline;
+  constexpr bool kPingPong = V != Variant::kNoPingPong;
+  constexpr bool kOverlap = V != Variant::kNoIntraWarpgroupOverlap;
+  auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
+  const FwdProblem& p = params.problem;
+  const sm90::PersistentTileScheduler scheduler(p, Config::kBlockM, params.tile_group);
+  if (threadIdx.x == 0) {
+    Pipeline::init(ss.pipeline, Config::kConsumerThreads);
+    QPipeline::init(ss.q_pipeline, Config::kConsumerThreads);
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {  // producer: one thread streams Q and K/V for every tile of this CTA
+    cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+    if (threadIdx.x != 0) return;
+    typename Pipeline::State kv = Pipeline::producer_start();
+    typename QPipeline::State q = QPipeline::producer_start();
+    for (int idx = blockIdx.x; idx < scheduler.tiles(); idx += gridDim.x) {
+      const sm90::BlockCoord bc = scheduler.block_coord(idx);
+      const int n_tiles = sm90::AttentionMask::range(p, bc.m_block * Config::kBlockM,
+                                                     Config::kBlockM, Config::kBlockN).n_tiles;
+      sm90::load_q_stage<QPipeline, Config::kBlockM, D, typename Config::QLayout>(
+          ss.q_pipeline, q, params.tma_q, ss.q, p, bc.head, bc.batch, bc.m_block);
+      for (int tile = 0; tile < n_tiles; ++tile)  // waits for each stage to be released
+        sm90::load_kv_tiles<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
+            ss.pipeline, kv, params.tma_k, params.tma_v, ss.k[0], ss.v[0], p,
+            bc.head / p.group_size(), bc.batch, tile);
+    }
+  } else {  // consumers
+    cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+    const int mma_thread = threadIdx.x - 128;
+    const sm90::WarpgroupTurns<kPingPong> turns(mma_thread / 128);
+    typename Pipeline::State kv = Pipeline::consumer_start();
+    typename QPipeline::State q = QPipeline::consumer_start();
+    turns.start();
+    for (int idx = blockIdx.x; idx < scheduler.tiles(); idx += gridDim.x) {
+      consume_tile<T, D, kPingPong, kOverlap>(params, ss, scheduler.block_coord(idx), kv, q, turns,
+                                              mma_thread);
+      q.advance();
+    }
+    turns.finish();
+  }
+}
+
+template <typename T, int D, Variant V>
+cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
+  using Config = K6Config<T, D>;
+  static_assert(Config::kSmemBytes <= smem_bytes(D), "k6_launch.h's smem_bytes() must bound the kernel's");
+  int device = 0, sm_count = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+  typename Config::Params params{};
+  params.problem = p;
+  params.tile_group = sm90::PersistentTileScheduler::l2_group(p, sizeof(T), kL2GroupBytes);
+  const dim3 grid = sm90::PersistentTileScheduler::grid_shape(p, Config::kBlockM, params.tile_group,
+                                                              sm_count);
+  return sm90::launch_attention<Config>(k6_forward_kernel<T, D, V>, grid, kThreads, params, stream);
+}
+
+}  // namespace hfa::k6
