@@ -2,7 +2,9 @@
 // (head, batch) pairs, each group's Q tiles from the last (longest under causal masking) to the first.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
+#include <vector>
 #include <tuple>
 
 #include "kernels/sm90/common/tile_scheduler.cuh"
@@ -50,14 +52,63 @@ TEST(PersistentTileScheduler, EveryTileOnceLongestFirstPerGroup) {
   expect_valid_order(problem(4, 8, 513), 32);   // one group holds everything
 }
 
-TEST(PersistentTileScheduler, L2GroupAndGrid) {
+TEST(PersistentTileScheduler, SnakeRoundsCoverEveryTileOnce) {
+  for (int tiles : {1, 131, 132, 133, 1024, 2048}) {
+    const int grid = tiles < 132 ? tiles : 132;
+    std::vector<int> hits(tiles, 0);
+    for (int cta = 0; cta < grid; ++cta)
+      for (int round = 0; round * grid < tiles; ++round) {
+        const int idx = PersistentTileScheduler::tile_index(round, cta, grid);
+        if (idx < tiles) ++hits[idx];
+      }
+    for (int i = 0; i < tiles; ++i) ASSERT_EQ(hits[i], 1) << "tiles " << tiles << " idx " << i;
+  }
+}
+
+// Causal work per CTA (a Q tile m of a square problem visits m + 1 KV tiles) stays close to the
+// mean at long sequences: the reason for the snake order and for causal groups spanning many
+// rounds. (Plain striding with L2-sized groups gave 1.21x at d = 128, s = 16k.)
+double causal_imbalance(FwdProblem p) {
+  p.causal = true;
+  const int grid = PersistentTileScheduler::grid_size(p, 128, 132);
+  const int group = PersistentTileScheduler::group_size(p, 128, 2, 24LL << 20, grid);
+  const PersistentTileScheduler s(p, 128, group);
+  std::vector<long long> work(grid, 0);
+  long long total = 0;
+  for (int cta = 0; cta < grid; ++cta)
+    for (int round = 0; round < s.rounds(grid); ++round) {
+      const int idx = PersistentTileScheduler::tile_index(round, cta, grid);
+      if (idx >= s.tiles()) continue;
+      work[cta] += s.block_coord(idx).m_block + 1;
+      total += s.block_coord(idx).m_block + 1;
+    }
+  const long long mx = *std::max_element(work.begin(), work.end());
+  return static_cast<double>(mx) / (static_cast<double>(total) / grid);
+}
+
+TEST(PersistentTileScheduler, CausalWorkIsBalanced) {
+  FwdProblem d256 = problem(1, 8, 16384);
+  d256.head_dim = 256;
+  EXPECT_LT(causal_imbalance(d256), 1.02);
+  EXPECT_LT(causal_imbalance(problem(1, 16, 16384)), 1.02);
+  EXPECT_LT(causal_imbalance(problem(4, 16, 4096)), 1.02);
+  EXPECT_LT(causal_imbalance(problem(8, 32, 2048)), 1.05);
+}
+
+TEST(PersistentTileScheduler, GroupSize) {
   FwdProblem p = problem(1, 16, 16384);  // K+V per head: 2 x 16384 x 128 x 2 B = 8 MB
-  EXPECT_EQ(PersistentTileScheduler::l2_group(p, 2, 24LL << 20), 3);
-  EXPECT_EQ(PersistentTileScheduler::l2_group(p, 2, 1), 1);  // never 0
-  p.heads_kv = 2;                                             // GQA 8:1 shares each K/V 8 ways
-  EXPECT_EQ(PersistentTileScheduler::l2_group(p, 2, 24LL << 20), 16);  // capped at all pairs
-  EXPECT_EQ(PersistentTileScheduler::grid_shape(p, 128, 2, 132).x, 132u);
-  EXPECT_EQ(PersistentTileScheduler::grid_shape(problem(1, 2, 200), 128, 2, 132).x, 4u);
+  EXPECT_EQ(PersistentTileScheduler::grid_size(p, 128, 132), 132);
+  EXPECT_EQ(PersistentTileScheduler::grid_size(problem(1, 2, 200), 128, 132), 4);
+  EXPECT_EQ(PersistentTileScheduler::group_size(p, 128, 2, 24LL << 20, 132), 3);  // 24 MB: 3 heads
+  EXPECT_EQ(PersistentTileScheduler::group_size(p, 128, 2, 1, 132), 1);           // never 0
+  p.causal = true;  // 16 rounds of 132 tiles need 17 pairs of 128 Q tiles: all 16
+  EXPECT_EQ(PersistentTileScheduler::group_size(p, 128, 2, 24LL << 20, 132), 16);
+  p.causal = false;
+  p.heads_kv = 2;  // GQA 8:1 shares each K/V 8 ways: 24 fit, capped at all 16 pairs
+  EXPECT_EQ(PersistentTileScheduler::group_size(p, 128, 2, 24LL << 20, 132), 16);
+  FwdProblem short_causal = problem(32, 16, 512);  // 4 Q tiles per pair: the L2 rule alone
+  short_causal.causal = true;
+  EXPECT_EQ(PersistentTileScheduler::group_size(short_causal, 128, 2, 24LL << 20, 132), 96);
 }
 
 }  // namespace

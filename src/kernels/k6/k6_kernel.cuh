@@ -6,7 +6,10 @@
 //     O += P_{j-1} V_{j-1} back to back, waits only for S_j, and runs the softmax of S_j while
 //     P_{j-1} V_{j-1} is still on the tensor cores. O is rescaled by tile j's alpha after that
 //     GEMM lands. The price: S_j and P_{j-1} are live at once (more registers).
-//  3. A persistent tile scheduler (sm90/common/tile_scheduler.cuh): one CTA per SM walks the
+//  3. Separate K and V rings: K_j is released once S_j has landed, V_j once P_j V_j has, so the
+//     producer can refill K's stage while V_{j-1} is still being read (with the overlap a tile's
+//     V is held for one more iteration; with one shared barrier the 2-stage d = 256 ring starved).
+//  4. A persistent tile scheduler (sm90/common/tile_scheduler.cuh): one CTA per SM walks the
 //     tiles, longest causal tiles first, and the producer keeps streaming the next tile's Q and
 //     K/V while the consumers finish the current one (the K/V ring runs across tiles; Q is a
 //     one-stage ring released after a tile's last Q K^T).
@@ -42,7 +45,8 @@ template <typename T, int D>
 using K6Config = sm90::AttentionConfig<T, D, block_n(D), stages(D)>;
 
 // One consumer warpgroup's work on one Q tile (its 64 rows): every KV tile, then O and LSE out.
-// kv / q: the consumer's positions in the K/V ring and the Q ring, carried across tiles.
+// kv / q: the consumer's positions in the K and V rings (they move together) and the Q ring,
+// carried across tiles.
 template <typename T, int D, bool kPingPong, bool kOverlap>
 __device__ __forceinline__ void consume_tile(const typename K6Config<T, D>::Params& params,
                                              typename K6Config<T, D>::SharedStorage& ss,
@@ -89,8 +93,10 @@ __device__ __forceinline__ void consume_tile(const typename K6Config<T, D>::Para
         make_tensor(make_smem_ptr(ss.v[st.index]), typename Config::VtLayout{}));
     sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_pv, tOrP, tOrV, tOrO);
   };
-  // S of `tile` has landed: Q is free after the tile's last Q K^T; scale, mask, softmax.
-  auto softmax_of = [&](int tile) {
+  // S of `tile` (K stage `st`) has landed: K_j is free, and Q after the tile's last Q K^T;
+  // scale, mask, softmax.
+  auto softmax_of = [&](int tile, const typename Pipeline::State& st) {
+    Pipeline::consumer_release(ss.pipeline, st);
     if (tile == range.n_tiles - 1) QPipeline::consumer_release(ss.q_pipeline, q);
     sm90::scale_and_mask(s_rc, c_rc, mask, tile >= range.n_unmasked, q0, tile * kBlockN, scale_log2);
     softmax.update_scores(s_rc, alpha);
@@ -107,7 +113,7 @@ __device__ __forceinline__ void consume_tile(const typename K6Config<T, D>::Para
     turns.end();
     warpgroup_wait<0>();
     sm90::fence_after_wait(tSrS);
-    softmax_of(0);
+    softmax_of(0, kv);
     sm90::convert_to_a_operand(tSrS, tOrP);
     prev = kv;
     kv.advance();
@@ -117,14 +123,16 @@ __device__ __forceinline__ void consume_tile(const typename K6Config<T, D>::Para
     turns.begin();
     if constexpr (kOverlap) {  // S_j and P_{j-1} V_{j-1} in flight together; wait for S_j only
       issue_qk(kv);
+      Pipeline::consumer_wait(ss.pipeline_v, prev);
       issue_pv(prev);
       turns.end();
       warpgroup_wait<1>();
       sm90::fence_after_wait(tSrS);
-      softmax_of(tile);
+      softmax_of(tile, kv);
       warpgroup_wait<0>();
       sm90::fence_after_wait(tOrO, tOrP);
     } else {  // one GEMM at a time: P_{j-1} V_{j-1}, then S_j, then the softmax
+      Pipeline::consumer_wait(ss.pipeline_v, prev);
       issue_pv(prev);
       warpgroup_wait<0>();
       sm90::fence_after_wait(tOrO, tOrP);
@@ -132,21 +140,22 @@ __device__ __forceinline__ void consume_tile(const typename K6Config<T, D>::Para
       turns.end();
       warpgroup_wait<0>();
       sm90::fence_after_wait(tSrS);
-      softmax_of(tile);
+      softmax_of(tile, kv);
     }
-    Pipeline::consumer_release(ss.pipeline, prev);
+    Pipeline::consumer_release(ss.pipeline_v, prev);
     softmax.rescale(o_rc, alpha);
     sm90::convert_to_a_operand(tSrS, tOrP);
     prev = kv;
     kv.advance();
   }
   if (range.n_tiles > 0) {  // the last tile's P V
+    Pipeline::consumer_wait(ss.pipeline_v, prev);
     turns.begin();
     issue_pv(prev);
     turns.end();
     warpgroup_wait<0>();
     sm90::fence_after_wait(tOrO, tOrP);
-    Pipeline::consumer_release(ss.pipeline, prev);
+    Pipeline::consumer_release(ss.pipeline_v, prev);
   }
 
   float lse[kRows];
@@ -169,6 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const sm90::PersistentTileScheduler scheduler(p, Config::kBlockM, params.tile_group);
   if (threadIdx.x == 0) {
     Pipeline::init(ss.pipeline, Config::kConsumerThreads);
+    Pipeline::init(ss.pipeline_v, Config::kConsumerThreads);
     QPipeline::init(ss.q_pipeline, Config::kConsumerThreads);
   }
   __syncthreads();
@@ -179,16 +189,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x != 0) return;
     typename Pipeline::State kv = Pipeline::producer_start();
     typename QPipeline::State q = QPipeline::producer_start();
-    for (int idx = blockIdx.x; idx < scheduler.tiles(); idx += gridDim.x) {
+    for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
+      const int idx = scheduler.tile_index(round, blockIdx.x, gridDim.x);
+      if (idx >= scheduler.tiles()) continue;
       const sm90::BlockCoord bc = scheduler.block_coord(idx);
       const int n_tiles = sm90::AttentionMask::range(p, bc.m_block * Config::kBlockM,
                                                      Config::kBlockM, Config::kBlockN).n_tiles;
       sm90::load_q_stage<QPipeline, Config::kBlockM, D, typename Config::QLayout>(
           ss.q_pipeline, q, params.tma_q, ss.q, p, bc.head, bc.batch, bc.m_block);
-      for (int tile = 0; tile < n_tiles; ++tile)  // waits for each stage to be released
-        sm90::load_kv_tiles<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
-            ss.pipeline, kv, params.tma_k, params.tma_v, ss.k[0], ss.v[0], p,
-            bc.head / p.group_size(), bc.batch, tile);
+      const int hk = bc.head / p.group_size();
+      for (int tile = 0; tile < n_tiles; ++tile) {  // each waits for its stage to be released
+        sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
+            ss.pipeline, kv, params.tma_k, ss.k[0], p, hk, bc.batch, tile);
+        sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
+            ss.pipeline_v, kv, params.tma_v, ss.v[0], p, hk, bc.batch, tile);
+        kv.advance();
+      }
     }
   } else {  // consumers
     cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
@@ -197,7 +213,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     typename Pipeline::State kv = Pipeline::consumer_start();
     typename QPipeline::State q = QPipeline::consumer_start();
     turns.start();
-    for (int idx = blockIdx.x; idx < scheduler.tiles(); idx += gridDim.x) {
+    for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
+      const int idx = scheduler.tile_index(round, blockIdx.x, gridDim.x);
+      if (idx >= scheduler.tiles()) continue;
       consume_tile<T, D, kPingPong, kOverlap>(params, ss, scheduler.block_coord(idx), kv, q, turns,
                                               mma_thread);
       q.advance();
@@ -216,10 +234,11 @@ cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   typename Config::Params params{};
   params.problem = p;
-  params.tile_group = sm90::PersistentTileScheduler::l2_group(p, sizeof(T), kL2GroupBytes);
-  const dim3 grid = sm90::PersistentTileScheduler::grid_shape(p, Config::kBlockM, params.tile_group,
-                                                              sm_count);
-  return sm90::launch_attention<Config>(k6_forward_kernel<T, D, V>, grid, kThreads, params, stream);
+  const int grid = sm90::PersistentTileScheduler::grid_size(p, Config::kBlockM, sm_count);
+  params.tile_group = sm90::PersistentTileScheduler::group_size(p, Config::kBlockM, sizeof(T),
+                                                                kL2GroupBytes, grid);
+  return sm90::launch_attention<Config>(k6_forward_kernel<T, D, V>, dim3(grid), kThreads, params,
+                                        stream);
 }
 
 }  // namespace hfa::k6

@@ -46,7 +46,8 @@ struct AttentionConfig {
     alignas(1024) E q[kQElems];
     alignas(1024) E k[kStages][kKVElems];
     alignas(1024) E v[kStages][kKVElems];
-    typename Pipeline::SharedStorage pipeline;
+    typename Pipeline::SharedStorage pipeline;    // K4/K5: K and V tiles together; K6: K only
+    typename Pipeline::SharedStorage pipeline_v;  // K6: V's own barriers (unused by K4/K5)
     typename QPipeline::SharedStorage q_pipeline;
   };
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack

@@ -53,4 +53,19 @@ __device__ void load_kv_tiles(typename Pipeline::SharedStorage& pipeline,
   state.advance();
 }
 
+// One tile (K or V) into the stage `state` points at of a ring with its own barriers (K6 keeps
+// K and V in separate rings so that K_j can be released as soon as S_j = Q K_j^T has landed,
+// while V_j is still needed). Does not advance `state`: the K and V rings move together.
+template <class Pipeline, int BlockN, int D, class KVLayout, class Tma, class Element>
+__device__ void load_ring_tile(typename Pipeline::SharedStorage& pipeline,
+                               const typename Pipeline::State& state, const Tma& tma,
+                               Element* ring, const FwdProblem& p, int hk, int b, int tile) {
+  using namespace cute;
+  constexpr int kStageElems = BlockN * D;
+  Pipeline::producer_acquire(pipeline, state, kStageElems * sizeof(Element));
+  load_tile<BlockN, D>(tma, Pipeline::full_barrier(pipeline, state),
+                       make_tensor(make_smem_ptr(ring + state.index * kStageElems), KVLayout{}),
+                       p.seqlen_k, p.heads_kv, p.batch, hk, b, tile);
+}
+
 }  // namespace hfa::sm90

@@ -23,12 +23,17 @@ struct SingleTileScheduler {
   }
 };
 
-// Persistent CTAs (at most one per SM) take tiles idx = blockIdx.x, blockIdx.x + gridDim.x, ...
-// of one order: (head, batch) pairs in groups of `group` (sized on the host so that a group's K/V
-// stays in L2), and inside a group the Q tiles from last to first with the group's pairs
-// interleaved. So one wave works on few heads (their K/V is read from DRAM about once), and with
-// causal masking the longest tiles (the last Q tiles see the most keys) start first and the
-// shortest fill the end, instead of a tail of long tiles.
+// Persistent CTAs (at most one per SM) walk one order of all tiles in rounds of gridDim.x tiles,
+// in snake order: in round r, CTA c takes tile r * grid + c when r is even and
+// r * grid + (grid - 1 - c) when r is odd.
+//
+// The order: (head, batch) pairs in groups of `group`, and inside a group the Q tiles from last
+// to first with the group's pairs interleaved. So one round works on few heads (their K/V is read
+// from DRAM about once and then served from L2), and with causal masking the longest tiles (the
+// last Q tiles see the most keys) start first. Inside a group the rounds are sorted by length, so
+// the snake gives every CTA a long and a short tile in turn: plain striding (c, c + grid, ...)
+// gave CTA 0 the longest tile of every round, 2.3x the average work at d = 256, s = 16k.
+// A group must span many rounds for that (group_size() sees to it).
 struct PersistentTileScheduler {
   int m_blocks, pairs, heads, group;
 
@@ -37,17 +42,37 @@ struct PersistentTileScheduler {
         heads(p.heads_q), group(group_) {}
 
   __host__ __device__ int tiles() const { return m_blocks * pairs; }
-
-  static dim3 grid_shape(const FwdProblem& p, int block_m, int group, int sm_count) {
-    const int tiles = PersistentTileScheduler(p, block_m, group).tiles();
-    return dim3(tiles < sm_count ? tiles : sm_count);
+  __host__ __device__ int rounds(int grid) const { return (tiles() + grid - 1) / grid; }
+  // The tile CTA `cta` takes in `round` (may be >= tiles() in the last round: none).
+  __host__ __device__ static int tile_index(int round, int cta, int grid) {
+    return round * grid + (round % 2 == 0 ? cta : grid - 1 - cta);
   }
 
-  // (head, batch) pairs per group: as many as keep their K and V within `l2_bytes`.
-  static int l2_group(const FwdProblem& p, int element_bytes, long long l2_bytes) {
+  static int grid_size(const FwdProblem& p, int block_m, int sm_count) {
+    const int tiles = PersistentTileScheduler(p, block_m, 1).tiles();
+    return tiles < sm_count ? tiles : sm_count;
+  }
+
+  // (head, batch) pairs per group: as many as keep their K and V within `l2_bytes`. With causal
+  // masking and long sequences (>= 16 Q tiles per pair), at least enough for 16 rounds of `grid`
+  // tiles: the snake balances only within rounds sorted by length, and each group boundary
+  // restarts the sort (simulated: 3 pairs per group at d = 128, s = 16k left the busiest CTA 1.21x
+  // the mean, 16 pairs 1.002x). Those groups outgrow L2, but a round's CTAs on one head start
+  // together and stream its K/V in the same order, so they still share it through L2.
+  static constexpr int kMinRoundsPerCausalGroup = 16;
+  static int group_size(const FwdProblem& p, int block_m, int element_bytes, long long l2_bytes,
+                        int grid) {
+    const long long pairs = static_cast<long long>(p.heads_q) * p.batch;
     const long long kv_bytes = 2LL * p.seqlen_k * p.head_dim * element_bytes / p.group_size();
-    const long long g = kv_bytes > 0 ? l2_bytes / kv_bytes : p.heads_q * p.batch;
-    return static_cast<int>(g < 1 ? 1 : (g > p.heads_q * p.batch ? p.heads_q * p.batch : g));
+    long long g = kv_bytes > 0 ? l2_bytes / kv_bytes : pairs;
+    const long long m_blocks = (p.seqlen_q + block_m - 1) / block_m;
+    if (p.causal && m_blocks >= 16) {
+      const long long for_rounds = (kMinRoundsPerCausalGroup * static_cast<long long>(grid) +
+                                    m_blocks - 1) / m_blocks;
+      if (g < for_rounds) g = for_rounds;
+    }
+    if (g < 1) g = 1;
+    return static_cast<int>(g > pairs ? pairs : g);
   }
 
   __host__ __device__ BlockCoord block_coord(int idx) const {
