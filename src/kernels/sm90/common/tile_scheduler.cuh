@@ -54,21 +54,25 @@ struct PersistentTileScheduler {
   }
 
   // (head, batch) pairs per group: as many as keep their K and V within `l2_bytes`. With causal
-  // masking and long sequences (>= 16 Q tiles per pair), at least enough for 16 rounds of `grid`
-  // tiles: the snake balances only within rounds sorted by length, and each group boundary
-  // restarts the sort (simulated: 3 pairs per group at d = 128, s = 16k left the busiest CTA 1.21x
-  // the mean, 16 pairs 1.002x). Those groups outgrow L2, but a round's CTAs on one head start
-  // together and stream its K/V in the same order, so they still share it through L2.
+  // masking, more if that is needed for 16 rounds of `grid` tiles per group: the snake balances
+  // only within rounds sorted by length, and each group boundary restarts the sort (simulated at
+  // d = 128, s = 16k: 3 pairs per group left the busiest CTA at 1.21x the mean work, 16 pairs
+  // 1.002x). But never more than grid / 4 pairs, so that each pair's K/V is still read by about
+  // four CTAs of a round at once, which start together and stream it in the same order: they
+  // share it through L2 even when the group's K/V outgrows L2 (with a group of all 128 pairs at
+  // d = 128, s = 2048 causal, one CTA per pair per round, k6 ran at 329 TFLOPS instead of ~450).
   static constexpr int kMinRoundsPerCausalGroup = 16;
+  static constexpr int kMinCtasPerPair = 4;
   static int group_size(const FwdProblem& p, int block_m, int element_bytes, long long l2_bytes,
                         int grid) {
     const long long pairs = static_cast<long long>(p.heads_q) * p.batch;
     const long long kv_bytes = 2LL * p.seqlen_k * p.head_dim * element_bytes / p.group_size();
     long long g = kv_bytes > 0 ? l2_bytes / kv_bytes : pairs;
     const long long m_blocks = (p.seqlen_q + block_m - 1) / block_m;
-    if (p.causal && m_blocks >= 16) {
-      const long long for_rounds = (kMinRoundsPerCausalGroup * static_cast<long long>(grid) +
-                                    m_blocks - 1) / m_blocks;
+    if (p.causal) {
+      long long for_rounds = (kMinRoundsPerCausalGroup * static_cast<long long>(grid) +
+                              m_blocks - 1) / m_blocks;
+      if (for_rounds > grid / kMinCtasPerPair) for_rounds = grid / kMinCtasPerPair;
       if (g < for_rounds) g = for_rounds;
     }
     if (g < 1) g = 1;
