@@ -99,19 +99,24 @@ TEST(PersistentTileScheduler, GroupSize) {
   FwdProblem p = problem(1, 16, 16384);  // K+V per head: 2 x 16384 x 128 x 2 B = 8 MB
   EXPECT_EQ(PersistentTileScheduler::grid_size(p, 128, 132), 132);
   EXPECT_EQ(PersistentTileScheduler::grid_size(problem(1, 2, 200), 128, 132), 4);
-  EXPECT_EQ(PersistentTileScheduler::group_size(p, 128, 2, 24LL << 20, 132), 3);  // 24 MB: 3 heads
-  EXPECT_EQ(PersistentTileScheduler::group_size(p, 128, 2, 1, 132), 1);           // never 0
-  p.causal = true;  // 16 rounds of 132 tiles need 17 pairs of 128 Q tiles: all 16
+  EXPECT_EQ(PersistentTileScheduler::group_size(p, 128, 2, 24LL << 20, 132), 1);  // non-causal
+  p.causal = true;  // 24 MB hold 3 heads; 16 rounds of 132 tiles need 17 pairs: all 16
   EXPECT_EQ(PersistentTileScheduler::group_size(p, 128, 2, 24LL << 20, 132), 16);
-  p.causal = false;
-  p.heads_kv = 2;  // GQA 8:1 shares each K/V 8 ways: 24 fit, capped at all 16 pairs
-  EXPECT_EQ(PersistentTileScheduler::group_size(p, 128, 2, 24LL << 20, 132), 16);
-  FwdProblem short_causal = problem(32, 16, 512);  // 4 Q tiles per pair: the L2 rule (96 pairs)
+  EXPECT_EQ(PersistentTileScheduler::group_size(p, 128, 2, 1, 1), 1);  // never 0
+  FwdProblem short_causal = problem(32, 16, 512);  // 4 Q tiles per pair: pair by pair
   short_causal.causal = true;
-  EXPECT_EQ(PersistentTileScheduler::group_size(short_causal, 128, 2, 24LL << 20, 132), 96);
+  EXPECT_EQ(PersistentTileScheduler::group_size(short_causal, 128, 2, 24LL << 20, 132), 1);
   FwdProblem mid_causal = problem(8, 16, 2048);  // L2: 24; rounds: 132; at most 132 / 4 = 33
   mid_causal.causal = true;
   EXPECT_EQ(PersistentTileScheduler::group_size(mid_causal, 128, 2, 24LL << 20, 132), 33);
+  // GQA 8:1 shares each K/V 8 ways: 256 KB per pair at s = 4096, 96 fit L2 (capped at 64 pairs);
+  // 1 MB at s = 16k: 24 fit, more than the 17 the rounds need.
+  FwdProblem gqa = problem(2, 32, 4096);
+  gqa.heads_kv = 4;
+  gqa.causal = true;
+  EXPECT_EQ(PersistentTileScheduler::group_size(gqa, 128, 2, 24LL << 20, 132), 64);
+  gqa.seqlen_q = gqa.seqlen_k = 16384;
+  EXPECT_EQ(PersistentTileScheduler::group_size(gqa, 128, 2, 24LL << 20, 132), 24);
 }
 
 }  // namespace

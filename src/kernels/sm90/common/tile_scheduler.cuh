@@ -53,28 +53,33 @@ struct PersistentTileScheduler {
     return tiles < sm_count ? tiles : sm_count;
   }
 
-  // (head, batch) pairs per group: as many as keep their K and V within `l2_bytes`. With causal
-  // masking, more if that is needed for 16 rounds of `grid` tiles per group: the snake balances
-  // only within rounds sorted by length, and each group boundary restarts the sort (simulated at
-  // d = 128, s = 16k: 3 pairs per group left the busiest CTA at 1.21x the mean work, 16 pairs
-  // 1.002x). But never more than grid / 4 pairs, so that each pair's K/V is still read by about
-  // four CTAs of a round at once, which start together and stream it in the same order: they
-  // share it through L2 even when the group's K/V outgrows L2 (with a group of all 128 pairs at
-  // d = 128, s = 2048 causal, one CTA per pair per round, k6 ran at 329 TFLOPS instead of ~450).
+  // (head, batch) pairs per group.
+  //  - Without causal masking, or with few Q tiles per pair (< 16): 1. Each pair's tiles are then
+  //    consecutive, so a round's CTAs share their pair's K/V through L2 at the same time (tiles
+  //    are equal, or too short to unbalance the CTAs). Grouping pairs at s = 512 (4 Q tiles
+  //    each) spread a pair's tiles over rounds: ncu measured a 51% L2 hit rate and DRAM 50% busy.
+  //  - Causal with long sequences: as many as keep their K and V within `l2_bytes`, and more if
+  //    needed for 16 rounds of `grid` tiles per group: the snake balances only within rounds
+  //    sorted by length, and each group boundary restarts the sort (simulated at d = 128,
+  //    s = 16k: 3 pairs per group left the busiest CTA at 1.21x the mean work, 16 pairs 1.002x).
+  //    But never more than grid / 4 pairs, so that each pair's K/V is still read by about four
+  //    CTAs of a round at once, which start together and stream it in the same order: they share
+  //    it through L2 even when the group's K/V outgrows L2 (with all 128 pairs in one group at
+  //    d = 128, s = 2048 causal, one CTA per pair per round, k6 ran at 329 TFLOPS instead of 476).
   static constexpr int kMinRoundsPerCausalGroup = 16;
   static constexpr int kMinCtasPerPair = 4;
+  static constexpr int kMinTilesForCausalGroups = 16;
   static int group_size(const FwdProblem& p, int block_m, int element_bytes, long long l2_bytes,
                         int grid) {
     const long long pairs = static_cast<long long>(p.heads_q) * p.batch;
+    const long long m_blocks = (p.seqlen_q + block_m - 1) / block_m;
+    if (!p.causal || m_blocks < kMinTilesForCausalGroups) return 1;
     const long long kv_bytes = 2LL * p.seqlen_k * p.head_dim * element_bytes / p.group_size();
     long long g = kv_bytes > 0 ? l2_bytes / kv_bytes : pairs;
-    const long long m_blocks = (p.seqlen_q + block_m - 1) / block_m;
-    if (p.causal) {
-      long long for_rounds = (kMinRoundsPerCausalGroup * static_cast<long long>(grid) +
-                              m_blocks - 1) / m_blocks;
-      if (for_rounds > grid / kMinCtasPerPair) for_rounds = grid / kMinCtasPerPair;
-      if (g < for_rounds) g = for_rounds;
-    }
+    long long for_rounds =
+        (kMinRoundsPerCausalGroup * static_cast<long long>(grid) + m_blocks - 1) / m_blocks;
+    if (for_rounds > grid / kMinCtasPerPair) for_rounds = grid / kMinCtasPerPair;
+    if (g < for_rounds) g = for_rounds;
     if (g < 1) g = 1;
     return static_cast<int>(g > pairs ? pairs : g);
   }
