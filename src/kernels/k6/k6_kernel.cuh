@@ -1,4 +1,4 @@
-// K6: K5's warp specialization plus the three FlashAttention-3 scheduling ideas.
+// K6: K5's warp specialization plus FlashAttention-3's scheduling of the work.
 //
 //  1. Inter-warpgroup ping-pong (sm90/common/warpgroup_turns.cuh): the two consumer warpgroups
 //     take turns issuing GEMMs, so one's softmax runs while the other's GEMMs run.
@@ -10,7 +10,7 @@
 //     producer can refill K's stage while V_{j-1} is still being read (with the overlap a tile's
 //     V is held for one more iteration; with one shared barrier the 2-stage d = 256 ring starved).
 //  4. A persistent tile scheduler (sm90/common/tile_scheduler.cuh): one CTA per SM walks the
-//     tiles, longest causal tiles first, and the producer keeps streaming the next tile's Q and
+//     tiles in snake order, long causal problems longest tile first, and the producer keeps streaming the next tile's Q and
 //     K/V while the consumers finish the current one (the K/V ring runs across tiles; Q is a
 //     one-stage ring released after a tile's last Q K^T).
 //
