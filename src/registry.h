@@ -22,12 +22,27 @@ struct KernelEntry {
   Status (*launch)(const FwdProblem& problem, const DeviceInfo& device, cudaStream_t stream) = nullptr;
 };
 
+// A backward kernel: the same contract on a BwdProblem. launch() allocates its own workspace
+// (stream-ordered) and fills bp.dq_accum / bp.row_dot in its copy of the problem.
+struct BackwardKernelEntry {
+  std::string name;
+  std::string description;
+  std::string supports;
+  int auto_priority = 0;
+  Status (*check)(const BwdProblem& problem, const DeviceInfo& device) = nullptr;
+  Status (*launch)(const BwdProblem& problem, const DeviceInfo& device, cudaStream_t stream) = nullptr;
+};
+
 // All kernels of this build, in ladder order.
 const std::vector<KernelEntry>& registry();
 const KernelEntry* find_kernel(const std::string& name);
+const std::vector<BackwardKernelEntry>& backward_registry();
+const BackwardKernelEntry* find_backward_kernel(const std::string& name);
 
 // Each kernel folder defines its entry.
 KernelEntry k1_entry();
+KernelEntry fa2_entry();
+BackwardKernelEntry fa2_backward_entry();
 KernelEntry k2_entry();
 KernelEntry k3_1_entry();
 KernelEntry k3_2_entry();

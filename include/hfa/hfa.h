@@ -124,6 +124,36 @@ struct ForwardArgs {
 // seqlen_q > 0 is valid: every row sees no key, so O = 0 and LSE = -inf.
 Status forward(const ForwardArgs& args, cudaStream_t stream = nullptr);
 
+// ---- Backward -----------------------------------------------------------------------------------
+
+// Arguments of the backward pass: the gradients of a loss L with respect to q, k and v, given
+// dout = dL/dout and what the forward pass returned (out and lse). Same shape and stride rules as
+// ForwardArgs; every tensor must have q's dtype except lse (fp32).
+struct BackwardArgs {
+  TensorView q, k, v;  // the forward's inputs. Read only.
+  TensorView out;      // the forward's output (batch, seqlen_q, heads_q, head_dim). Read only.
+  TensorView dout;     // dL/dout, same shape as out. Read only.
+  // fp32 (batch, heads_q, seqlen_q): the forward's LSE. Required (the backward recomputes
+  // P = exp(scale * Q K^T - LSE) from it instead of storing P).
+  TensorView lse;
+  TensorView dq;  // written: shape of q
+  TensorView dk;  // written: shape of k. With GQA/MQA, the sum over the query heads sharing it.
+  TensorView dv;  // written: shape of v (the same sum)
+
+  // Must be what the forward used. Default: 1 / sqrt(head_dim).
+  std::optional<float> softmax_scale;
+  // Must be what the forward used (same bottom-right alignment).
+  bool causal = false;
+  // A name from list_backward_kernels(), or "auto".
+  std::string kernel = "auto";
+};
+
+// Runs attention backward on `stream` (asynchronous). The kernel takes a stream-ordered fp32
+// workspace of batch * heads_q * seqlen_q * (head_dim + 1) * 4 bytes (cudaMallocAsync, freed on
+// the stream); kOutOfMemory if it does not fit. Rows that saw no key (lse = -inf) get no gradient.
+// batch == 0 launches nothing; seqlen_q == 0 gives dk = dv = 0, seqlen_k == 0 gives dq = 0.
+Status backward(const BackwardArgs& args, cudaStream_t stream = nullptr);
+
 // ---- Kernels ------------------------------------------------------------------------------------
 
 struct KernelInfo {
@@ -134,6 +164,8 @@ struct KernelInfo {
 
 // Every kernel this build contains, in the order of the ladder.
 std::vector<KernelInfo> list_kernels();
+// Every backward kernel (what BackwardArgs::kernel accepts).
+std::vector<KernelInfo> list_backward_kernels();
 
 // The kernel "auto" would run for these arguments on the current device, or an error saying why
 // none can (the same validation as forward, without launching anything).

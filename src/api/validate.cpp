@@ -127,12 +127,16 @@ Status normalize_forward(const ForwardArgs& args, FwdProblem* p) {
   return Status::Ok();
 }
 
-Status select_kernel_for(const std::string& name, const FwdProblem& problem,
-                         const DeviceInfo& device, const KernelEntry** kernel) {
+namespace {
+
+// "auto" or a name, among `entries` (forward or backward kernels).
+template <class Entry, class Problem>
+Status select_from(const std::vector<Entry>& entries, const char* what, const std::string& name,
+                   const Problem& problem, const DeviceInfo& device, const Entry** kernel) {
   if (name == "auto") {
-    const KernelEntry* best = nullptr;
+    const Entry* best = nullptr;
     std::string reasons;
-    for (const KernelEntry& e : registry()) {
+    for (const Entry& e : entries) {
       if (e.auto_priority <= 0) continue;
       Status st = e.check(problem, device);
       if (!st.ok()) {
@@ -143,20 +147,67 @@ Status select_kernel_for(const std::string& name, const FwdProblem& problem,
     }
     if (!best)
       return make_error(StatusCode::kUnsupported,
-                        "kernel: \"auto\" found no kernel for these arguments:%s", reasons.c_str());
+                        "kernel: \"auto\" found no %s kernel for these arguments:%s", what,
+                        reasons.c_str());
     *kernel = best;
     return Status::Ok();
   }
-  const KernelEntry* e = find_kernel(name);
+  const Entry* e = nullptr;
+  for (const Entry& k : entries)
+    if (k.name == name) e = &k;
   if (!e) {
     std::string names;
-    for (const KernelEntry& k : registry()) names += k.name + ", ";
-    return make_error(kInvalid, "kernel: unknown kernel \"%s\"; available: %sauto", name.c_str(),
-                      names.c_str());
+    for (const Entry& k : entries) names += k.name + ", ";
+    return make_error(kInvalid, "kernel: unknown %s kernel \"%s\"; available: %sauto", what,
+                      name.c_str(), names.c_str());
   }
   HFA_RETURN_IF_ERROR(e->check(problem, device));
   *kernel = e;
   return Status::Ok();
+}
+
+}  // namespace
+
+Status select_kernel_for(const std::string& name, const FwdProblem& problem,
+                         const DeviceInfo& device, const KernelEntry** kernel) {
+  return select_from(registry(), "forward", name, problem, device, kernel);
+}
+
+Status select_backward_kernel_for(const std::string& name, const BwdProblem& problem,
+                                  const DeviceInfo& device, const BackwardKernelEntry** kernel) {
+  return select_from(backward_registry(), "backward", name, problem, device, kernel);
+}
+
+Status normalize_backward(const BackwardArgs& args, BwdProblem* bp) {
+  if (args.lse.data == nullptr && args.q.numel() > 0)
+    return make_error(kInvalid, "lse: data pointer is null; the backward needs the forward's LSE "
+                                "(fp32, (batch, heads_q, seqlen_q))");
+  ForwardArgs fwd;
+  fwd.q = args.q; fwd.k = args.k; fwd.v = args.v; fwd.out = args.out; fwd.lse = args.lse;
+  fwd.softmax_scale = args.softmax_scale;
+  fwd.causal = args.causal;
+  BwdProblem r;
+  HFA_RETURN_IF_ERROR(normalize_forward(fwd, &r.fwd));
+  const DType dtype = args.q.dtype;
+  struct Grad { const TensorView& t; const char* name; const TensorView& like; const char* like_name; };
+  const Grad grads[] = {{args.dout, "dout", args.out, "out"}, {args.dq, "dq", args.q, "q"},
+                        {args.dk, "dk", args.k, "k"}, {args.dv, "dv", args.v, "v"}};
+  for (const Grad& g : grads) {
+    HFA_RETURN_IF_ERROR(check_attention_tensor(g.t, g.name, dtype));
+    for (int d = 0; d < 4; ++d)
+      HFA_RETURN_IF_ERROR(check_same_dim(g.t, g.name, d, g.like, g.like_name, d, "shape"));
+  }
+  r.dout = args.dout.data; r.dq = args.dq.data; r.dk = args.dk.data; r.dv = args.dv.data;
+  r.do_batch_stride = args.dout.stride[0]; r.do_row_stride = args.dout.stride[1]; r.do_head_stride = args.dout.stride[2];
+  r.dq_batch_stride = args.dq.stride[0]; r.dq_row_stride = args.dq.stride[1]; r.dq_head_stride = args.dq.stride[2];
+  r.dk_batch_stride = args.dk.stride[0]; r.dk_row_stride = args.dk.stride[1]; r.dk_head_stride = args.dk.stride[2];
+  r.dv_batch_stride = args.dv.stride[0]; r.dv_row_stride = args.dv.stride[1]; r.dv_head_stride = args.dv.stride[2];
+  *bp = r;
+  return Status::Ok();
+}
+
+bool is_empty(const BwdProblem& p) {
+  return p.fwd.batch == 0 || (p.fwd.seqlen_q == 0 && p.fwd.seqlen_k == 0);
 }
 
 Status query_device(DeviceInfo* info) {

@@ -18,6 +18,16 @@ bool is_empty(const FwdProblem& problem);
 Status select_kernel_for(const std::string& kernel_name, const FwdProblem& problem,
                          const DeviceInfo& device, const KernelEntry** kernel);
 
+// The backward's rules: lse required, the forward's rules for q/k/v/out/lse, and dout, dq, dk, dv
+// shaped like out, q, k, v with q's dtype and a contiguous head_dim.
+Status normalize_backward(const BackwardArgs& args, BwdProblem* problem);
+
+// True when the backward has nothing to write (batch == 0, or seqlen_q == seqlen_k == 0).
+bool is_empty(const BwdProblem& problem);
+
+Status select_backward_kernel_for(const std::string& kernel_name, const BwdProblem& problem,
+                                  const DeviceInfo& device, const BackwardKernelEntry** kernel);
+
 // The current CUDA device, or kNoDevice.
 Status query_device(DeviceInfo* device);
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <vector>
 
 #include "check/check.h"
@@ -92,7 +93,7 @@ Status alloc(DeviceBuffers::Tensor* t, TensorView view) {
 }  // namespace
 
 DeviceBuffers::~DeviceBuffers() {
-  for (Tensor* t : {&q, &k, &v, &o, &lse})
+  for (Tensor* t : {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv})
     if (t->data) cudaFree(t->data);
 }
 
@@ -107,7 +108,13 @@ Status DeviceBuffers::allocate(const Config& c) {
   HFA_RETURN_IF_ERROR(alloc(&k, attention(c.seqlen_k, c.heads_kv)));
   HFA_RETURN_IF_ERROR(alloc(&v, attention(c.seqlen_k, c.heads_kv)));
   HFA_RETURN_IF_ERROR(alloc(&o, attention(c.seqlen_q, c.heads_q)));
-  if (c.with_lse) {
+  if (c.backward) {
+    HFA_RETURN_IF_ERROR(alloc(&dout, attention(c.seqlen_q, c.heads_q)));
+    HFA_RETURN_IF_ERROR(alloc(&dq, attention(c.seqlen_q, c.heads_q)));
+    HFA_RETURN_IF_ERROR(alloc(&dk, attention(c.seqlen_k, c.heads_kv)));
+    HFA_RETURN_IF_ERROR(alloc(&dv, attention(c.seqlen_k, c.heads_kv)));
+  }
+  if (c.with_lse || c.backward) {
     TensorView l = make_tensor(nullptr, DType::kFP32, {c.batch, c.heads_q, c.seqlen_q});
     if (c.layout == Layout::kPadded) l.stride = {c.heads_q * (c.seqlen_q + 4LL) + 8, c.seqlen_q + 4LL, 1};
     HFA_RETURN_IF_ERROR(alloc(&lse, l));
@@ -117,7 +124,7 @@ Status DeviceBuffers::allocate(const Config& c) {
 
 Status DeviceBuffers::fill_random(uint64_t seed) {
   uint64_t salt = 0;
-  for (Tensor* t : {&q, &k, &v}) {
+  for (Tensor* t : {&q, &k, &v, &dout}) {
     ++salt;
     if (t->alloc_elems == 0) continue;
     const int blocks = static_cast<int>(std::min<int64_t>((t->alloc_elems + 255) / 256, 4096));
@@ -132,7 +139,7 @@ Status DeviceBuffers::fill_random(uint64_t seed) {
 }
 
 Status DeviceBuffers::poison_outputs() {
-  for (Tensor* t : {&o, &lse})
+  for (Tensor* t : {&o, &lse, &dq, &dk, &dv})
     if (t->data)
       HFA_RETURN_IF_ERROR(cuda_status(
           cudaMemset(t->data, 0xFF, std::max<int64_t>(t->alloc_elems, 1) * size_of(t->view.dtype)),
@@ -147,6 +154,23 @@ ForwardArgs DeviceBuffers::forward_args() const {
   a.v = v.view;
   a.out = o.view;
   if (lse.data) a.lse = lse.view;
+  a.causal = config.causal;
+  a.softmax_scale = config.softmax_scale;
+  a.kernel = config.kernel;
+  return a;
+}
+
+BackwardArgs DeviceBuffers::backward_args() const {
+  BackwardArgs a;
+  a.q = q.view;
+  a.k = k.view;
+  a.v = v.view;
+  a.out = o.view;
+  a.lse = lse.view;
+  a.dout = dout.view;
+  a.dq = dq.view;
+  a.dk = dk.view;
+  a.dv = dv.view;
   a.causal = config.causal;
   a.softmax_scale = config.softmax_scale;
   a.kernel = config.kernel;
@@ -172,7 +196,10 @@ __global__ void spin_kernel(long long cycles) {
   }
 }
 
-Status time_forward(DeviceBuffers& buffers, int warmup, int iters, double* median_ms) {
+namespace {
+
+// Median of `iters` timed calls of `launch` after `warmup` calls (see time_forward in check.h).
+Status time_launches(const std::function<Status()>& launch, int warmup, int iters, double* median_ms) {
   int device = 0, l2_bytes = 0;
   HFA_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "cudaGetDevice"));
   HFA_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device),
@@ -183,14 +210,13 @@ Status time_forward(DeviceBuffers& buffers, int warmup, int iters, double* media
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  const ForwardArgs args = buffers.forward_args();
   std::vector<float> times;
   Status st;
   for (int it = 0; it < warmup + iters && st.ok(); ++it) {
     cudaMemsetAsync(flush, it & 0xFF, flush_bytes);  // evict Q/K/V from L2: time cold inputs
     spin_kernel<<<1, 1>>>(2000000);                   // ~1 ms: hides the host launch overhead
     cudaEventRecord(start);
-    st = forward(args);
+    st = launch();
     cudaEventRecord(stop);
     if (st.ok()) st = cuda_status(cudaEventSynchronize(stop), "timed launch");
     float ms = 0;
@@ -208,6 +234,18 @@ Status time_forward(DeviceBuffers& buffers, int warmup, int iters, double* media
   const size_t n = times.size();
   *median_ms = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
   return Status::Ok();
+}
+
+}  // namespace
+
+Status time_forward(DeviceBuffers& buffers, int warmup, int iters, double* median_ms) {
+  const ForwardArgs args = buffers.forward_args();
+  return time_launches([&] { return forward(args); }, warmup, iters, median_ms);
+}
+
+Status time_backward(DeviceBuffers& buffers, int warmup, int iters, double* median_ms) {
+  const BackwardArgs args = buffers.backward_args();
+  return time_launches([&] { return backward(args); }, warmup, iters, median_ms);
 }
 
 }  // namespace hfa::check

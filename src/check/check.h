@@ -35,6 +35,7 @@ struct Config {
   std::optional<float> softmax_scale;  // default 1/sqrt(head_dim)
   Layout layout = Layout::kPacked;
   bool with_lse = true;
+  bool backward = false;  // also allocate dout, dq, dk, dv (and always LSE)
 
   std::string describe() const;  // one line, for messages
 };
@@ -51,9 +52,12 @@ class DeviceBuffers {
   DeviceBuffers& operator=(const DeviceBuffers&) = delete;
 
   Status allocate(const Config& c);
-  Status fill_random(uint64_t seed);  // Q, K, V
-  Status poison_outputs();            // O and LSE (and their padding) to all-ones bits = NaN
+  Status fill_random(uint64_t seed);  // Q, K, V (and dout)
+  Status poison_outputs();            // O, LSE (dq, dk, dv) and their padding: all-ones bits = NaN
   ForwardArgs forward_args() const;   // views of the buffers, kernel from the config
+  // The backward of the forward above (config.kernel names the backward kernel). Needs
+  // config.backward; run forward first so that out and lse hold its results.
+  BackwardArgs backward_args() const;
 
   struct Tensor {
     void* data = nullptr;
@@ -61,6 +65,7 @@ class DeviceBuffers {
     TensorView view;
   };
   Tensor q, k, v, o, lse;
+  Tensor dout, dq, dk, dv;  // config.backward only
   Config config;
 };
 
@@ -90,9 +95,34 @@ Status run_check(DeviceBuffers& buffers, uint64_t seed, int64_t max_rows, CheckR
 // Convenience: allocate, then run_check.
 Status run_check(const Config& c, uint64_t seed, int64_t max_rows, CheckResult* result);
 
+// The backward's check: the same rule per gradient (dq, dk, dv), with the baseline the same
+// backward computed as a framework would in the inputs' dtype (reference::backward_group).
+struct GradientError {
+  double max_abs_err = 0, rel_rms = 0, baseline_max_abs_err = 0, tolerance = 0;
+  int64_t unwritten = 0, padding_clobbered = 0;
+};
+struct BackwardCheckResult {
+  bool pass = false;
+  GradientError dq, dk, dv;
+  int groups_checked = 0, groups_total = 0;  // (batch, KV head) groups compared with the reference
+  std::string message;
+  std::string summary() const;
+};
+
+// Runs the forward (config.kernel if it is also a forward kernel, else "auto") and then the
+// backward config.kernel on fresh random inputs and dout, and checks dq, dk, dv. max_groups > 0
+// compares a random subset of that many (batch, KV head) groups (every element is still checked
+// written). `buffers` must have been allocated with config.backward.
+// `tamper` edits the backward's arguments before its launch (tests of the checker itself).
+Status run_check_backward(DeviceBuffers& buffers, uint64_t seed, int max_groups,
+                          BackwardCheckResult* result,
+                          const std::function<void(BackwardArgs&)>& tamper = {});
+
 // Median time in ms of `iters` launches after `warmup` launches, with L2 flushed before each
 // timed launch (CUDA events around the launch alone; the GPU is kept busy before the start event
 // so the host's launch overhead is not part of the time).
 Status time_forward(DeviceBuffers& buffers, int warmup, int iters, double* median_ms);
+// The same for the backward (run_check_backward or a forward first, so out and lse are real).
+Status time_backward(DeviceBuffers& buffers, int warmup, int iters, double* median_ms);
 
 }  // namespace hfa::check

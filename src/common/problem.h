@@ -42,6 +42,26 @@ struct FwdProblem {
   HFA_HOST_DEVICE int causal_offset() const { return seqlen_k - seqlen_q; }
 };
 
+// The validated form of BackwardArgs: the forward problem (q, k, v, o, lse, all required here)
+// plus dO and the three gradients, and the fp32 workspace the launch allocates.
+struct BwdProblem {
+  FwdProblem fwd;
+  const void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  // (batch, seqlen, heads) strides: dout and dq like q, dk and dv like k.
+  int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
+  int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
+  int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
+  int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
+
+  // Workspace, contiguous fp32, set by the launch: dQ accumulator (batch, heads_q, seqlen_q,
+  // head_dim) and D = rowsum(dO * O) (batch, heads_q, seqlen_q).
+  float* dq_accum = nullptr;
+  float* row_dot = nullptr;
+};
+
 // What a kernel needs to know about the GPU it would run on. Filled from the current device by
 // the API; tests build one by hand to exercise architecture rules without a GPU.
 struct DeviceInfo {

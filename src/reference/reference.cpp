@@ -3,7 +3,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <limits>
 #include <vector>
 
@@ -51,46 +53,102 @@ void forward(const Shape& s, const double* q, const double* k, const double* v, 
         forward_row(s, q, k, v, b, h, i, o + s.q_index(b, i, h), lse + s.lse_index(b, h, i));
 }
 
-void backward(const Shape& s, const double* q, const double* k, const double* v,
-              const double* dout, double* dq, double* dk, double* dv) {
-  const int d = s.head_dim;
-  const int64_t q_elems = s.q_index(s.batch, 0, 0), kv_elems = s.kv_index(s.batch, 0, 0);
-  std::fill(dq, dq + q_elems, 0.0);
-  std::fill(dk, dk + kv_elems, 0.0);
-  std::fill(dv, dv + kv_elems, 0.0);
-  std::vector<double> o(d), p(s.seqlen_k);
-  for (int b = 0; b < s.batch; ++b)
-    for (int h = 0; h < s.heads_q; ++h)
-      for (int i = 0; i < s.seqlen_q; ++i) {
-        double lse;
-        forward_row(s, q, k, v, b, h, i, o.data(), &lse);
-        if (lse == kNegInf) continue;  // no visible key: O is constant 0, no gradient flows
-        const int hk = s.kv_head(h);
-        const double* qi = q + s.q_index(b, i, h);
-        const double* doi = dout + s.q_index(b, i, h);
-        double D = 0;  // rowsum(dO * O)
-        for (int c = 0; c < d; ++c) D += doi[c] * o[c];
+namespace {
+
+// Runs fn(i) for i in [0, n) on `threads` threads.
+template <class Fn>
+void parallel_for(int n, int threads, const Fn& fn) {
+  if (threads <= 1 || n < 2) {
+    for (int i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<int> next{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (int i; (i = next.fetch_add(1)) < n;) fn(i);
+    });
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace
+
+void backward_group(const Shape& s, const double* q, const double* k, const double* v,
+                    const double* dout, int b, int hk, const Precision* lowp, double* dq,
+                    double* dk, double* dv, int threads) {
+  const int d = s.head_dim, group = s.heads_q / s.heads_kv;
+  auto r = [&](double x) { return lowp ? round_to(*lowp, x) : x; };
+  std::vector<double> lse(s.seqlen_q), row_dot(s.seqlen_q);
+  std::vector<double> dk_acc(static_cast<size_t>(s.seqlen_k) * d, 0.0), dv_acc(dk_acc.size(), 0.0);
+
+  // P_ij and dS_ij of query head h, recomputed where needed (the backward of FA2 does the same).
+  auto p_and_ds = [&](int h, int i, int j, double* p, double* ds) {
+    const double* qi = q + s.q_index(b, i, h);
+    const double* doi = dout + s.q_index(b, i, h);
+    const double* kj = k + s.kv_index(b, j, hk);
+    const double* vj = v + s.kv_index(b, j, hk);
+    double dot = 0, dp = 0;
+    for (int c = 0; c < d; ++c) {
+      dot += qi[c] * kj[c];
+      dp += doi[c] * vj[c];
+    }
+    *p = std::exp(r(dot) * s.scale - lse[i]);
+    *ds = r(*p * (r(dp) - row_dot[i]));
+  };
+
+  for (int g = 0; g < group; ++g) {
+    const int h = hk * group + g;
+    parallel_for(s.seqlen_q, threads, [&](int i) {  // LSE and D = rowsum(dO * O) of every row
+      std::vector<double> o(d);
+      if (lowp) forward_row_lowp(s, *lowp, q, k, v, b, h, i, o.data(), &lse[i]);
+      else forward_row(s, q, k, v, b, h, i, o.data(), &lse[i]);
+      const double* doi = dout + s.q_index(b, i, h);
+      double dot = 0;
+      for (int c = 0; c < d; ++c) dot += doi[c] * o[c];
+      row_dot[i] = dot;
+    });
+    parallel_for(s.seqlen_q, threads, [&](int i) {  // dQ_i = scale * sum_j dS_ij K_j
+      std::vector<double> acc(d, 0.0);
+      if (lse[i] != kNegInf)
         for (int j = 0; j < s.seqlen_k; ++j) {
           if (!s.visible(i, j)) continue;
+          double p, ds;
+          p_and_ds(h, i, j, &p, &ds);
           const double* kj = k + s.kv_index(b, j, hk);
-          const double* vj = v + s.kv_index(b, j, hk);
-          double dot = 0, dp = 0;
-          for (int c = 0; c < d; ++c) {
-            dot += qi[c] * kj[c];
-            dp += doi[c] * vj[c];
-          }
-          const double pij = std::exp(dot * s.scale - lse);
-          const double ds = pij * (dp - D);
-          double* dqi = dq + s.q_index(b, i, h);
-          double* dkj = dk + s.kv_index(b, j, hk);
-          double* dvj = dv + s.kv_index(b, j, hk);
-          for (int c = 0; c < d; ++c) {
-            dvj[c] += pij * doi[c];
-            dqi[c] += s.scale * ds * kj[c];
-            dkj[c] += s.scale * ds * qi[c];
-          }
+          for (int c = 0; c < d; ++c) acc[c] += ds * kj[c];
+        }
+      double* dqi = dq + s.q_index(b, i, h);
+      for (int c = 0; c < d; ++c) dqi[c] = r(s.scale * acc[c]);
+    });
+    parallel_for(s.seqlen_k, threads, [&](int j) {  // dK_j += scale dS^T Q, dV_j += P^T dO
+      double* dkj = &dk_acc[static_cast<size_t>(j) * d];
+      double* dvj = &dv_acc[static_cast<size_t>(j) * d];
+      for (int i = 0; i < s.seqlen_q; ++i) {
+        if (lse[i] == kNegInf || !s.visible(i, j)) continue;
+        double p, ds;
+        p_and_ds(h, i, j, &p, &ds);
+        const double pr = r(p);
+        const double* qi = q + s.q_index(b, i, h);
+        const double* doi = dout + s.q_index(b, i, h);
+        for (int c = 0; c < d; ++c) {
+          dkj[c] += s.scale * ds * qi[c];
+          dvj[c] += pr * doi[c];
         }
       }
+    });
+  }
+  for (int j = 0; j < s.seqlen_k; ++j)
+    for (int c = 0; c < d; ++c) {
+      dk[s.kv_index(b, j, hk) + c] = r(dk_acc[static_cast<size_t>(j) * d + c]);
+      dv[s.kv_index(b, j, hk) + c] = r(dv_acc[static_cast<size_t>(j) * d + c]);
+    }
+}
+
+void backward(const Shape& s, const double* q, const double* k, const double* v,
+              const double* dout, double* dq, double* dk, double* dv) {
+  for (int b = 0; b < s.batch; ++b)
+    for (int hk = 0; hk < s.heads_kv; ++hk)
+      backward_group(s, q, k, v, dout, b, hk, nullptr, dq, dk, dv);
 }
 
 double round_to(Precision p, double x) {

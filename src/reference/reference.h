@@ -39,11 +39,21 @@ void forward(const Shape& s, const double* q, const double* k, const double* v, 
 void backward(const Shape& s, const double* q, const double* k, const double* v,
               const double* dout, double* dq, double* dk, double* dv);
 
+enum class Precision { kBF16, kFP16 };
+
+// The backward of one GQA group: the query heads that read KV head hk of batch b. Writes their dq
+// rows and the group's dk, dv rows (nothing else). With lowp == nullptr in fp64; otherwise the
+// tolerance baseline for gradients: the same equations as a framework runs them on bf16/fp16
+// tensors (O, S, dP, P and dS rounded to the dtype where a framework materializes them, the
+// gradients rounded at the end). `threads` > 1 splits rows and keys across std::threads.
+void backward_group(const Shape& s, const double* q, const double* k, const double* v,
+                    const double* dout, int b, int hk, const Precision* lowp, double* dq,
+                    double* dk, double* dv, int threads = 1);
+
 // The tolerance baseline: one row of attention computed the straightforward way in low
 // precision, as a framework would with bf16/fp16 tensors: scores accumulated in fp32 and rounded
 // to the dtype, softmax in fp32, P rounded to the dtype, P V accumulated in fp32 and rounded.
 // Its error against forward_row() is what a kernel's error is measured against.
-enum class Precision { kBF16, kFP16 };
 double round_to(Precision p, double x);
 void forward_row_lowp(const Shape& s, Precision p, const double* q, const double* k,
                       const double* v, int b, int h, int i, double* o_row, double* lse);

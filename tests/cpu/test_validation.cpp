@@ -18,6 +18,7 @@ constexpr int kB = 2, kSq = 33, kSk = 47, kHq = 8, kHkv = 2, kD = kCompiledHeadD
 
 // Host buffers with 16-byte alignment: validation never dereferences them.
 alignas(16) unsigned char g_q[16], g_k[16], g_v[16], g_o[16], g_lse[16];
+alignas(16) unsigned char g_do[16], g_dq[16], g_dk[16], g_dv[16];
 
 ForwardArgs valid_args(DType dtype = DType::kBF16) {
   ForwardArgs a;
@@ -194,7 +195,7 @@ TEST(Validation, ArchitectureTooOld) {
   DeviceInfo turing = hopper();
   turing.cc_major = 7;
   turing.cc_minor = 5;
-  for (const char* k : {"k1", "k2"}) {
+  for (const char* k : {"k1", "k2", "fa2"}) {
     ForwardArgs a = valid_args();
     a.kernel = k;
     expect_error(plan(a, turing), StatusCode::kUnsupported, {k, "compute capability 8.0", "7.5"});
@@ -246,7 +247,7 @@ TEST(Validation, AutoPicksTheFastestSupportingKernel) {
   ampere.cc_major = 8;
   ampere.cc_minor = 0;
   ASSERT_TRUE(select_kernel_for("auto", p, ampere, &kernel).ok());
-  EXPECT_EQ(kernel->name, "k2");  // sm90a kernels cannot run there
+  EXPECT_EQ(kernel->name, "fa2");  // sm90a kernels cannot run there; fa2 is faster than k2
 }
 
 TEST(Validation, HopperKernelsNeedHopper) {
@@ -290,6 +291,121 @@ TEST(Registry, ListsEveryKernelWithDescription) {
     EXPECT_FALSE(k.description.empty()) << k.name;
     EXPECT_FALSE(k.supports.empty()) << k.name;
   }
+}
+
+
+// ---- Backward ------------------------------------------------------------------------------------
+
+BackwardArgs valid_backward_args(DType dtype = DType::kBF16) {
+  const ForwardArgs f = valid_args(dtype);
+  BackwardArgs a;
+  a.q = f.q; a.k = f.k; a.v = f.v; a.out = f.out; a.lse = f.lse;
+  a.dout = make_tensor(g_do, dtype, {kB, kSq, kHq, kD});
+  a.dq = make_tensor(g_dq, dtype, {kB, kSq, kHq, kD});
+  a.dk = make_tensor(g_dk, dtype, {kB, kSk, kHkv, kD});
+  a.dv = make_tensor(g_dv, dtype, {kB, kSk, kHkv, kD});
+  return a;
+}
+
+Status plan_backward(const BackwardArgs& a, const DeviceInfo& device = hopper()) {
+  BwdProblem p;
+  Status st = normalize_backward(a, &p);
+  if (!st.ok()) return st;
+  const BackwardKernelEntry* kernel = nullptr;
+  return select_backward_kernel_for(a.kernel, p, device, &kernel);
+}
+
+TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksFa2) {
+  BwdProblem p;
+  ASSERT_TRUE(normalize_backward(valid_backward_args(), &p).ok());
+  const BackwardKernelEntry* kernel = nullptr;
+  ASSERT_TRUE(select_backward_kernel_for("auto", p, hopper(), &kernel).ok());
+  EXPECT_EQ(kernel->name, "fa2");
+  EXPECT_EQ(p.dq, g_dq);
+  EXPECT_EQ(p.dk_row_stride, kHkv * kD);
+}
+
+TEST(BackwardValidation, LseIsRequired) {
+  BackwardArgs a = valid_backward_args();
+  a.lse.data = nullptr;
+  expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"lse:", "null", "backward needs"});
+}
+
+TEST(BackwardValidation, ForwardRulesApply) {
+  BackwardArgs a = valid_backward_args();
+  a.v = make_tensor(g_v, DType::kBF16, {kB, kSk + 1, kHkv, kD});
+  expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"v:", "k's"});
+  a = valid_backward_args();
+  a.lse = make_tensor(g_lse, DType::kFP32, {kB, kSq, kHq});
+  expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"lse:", "(batch, heads_q, seqlen_q)"});
+}
+
+TEST(BackwardValidation, GradientShapes) {
+  BackwardArgs a = valid_backward_args();
+  a.dout = make_tensor(g_do, DType::kBF16, {kB, kSq + 1, kHq, kD});
+  expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"dout:", "out's"});
+  a = valid_backward_args();
+  a.dq = make_tensor(g_dq, DType::kBF16, {kB, kSq, kHkv, kD});
+  expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"dq:", "q's"});
+  a = valid_backward_args();
+  a.dk = make_tensor(g_dk, DType::kBF16, {kB, kSk, kHq, kD});  // per query head: not GQA's shape
+  expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"dk:", "k's"});
+  a = valid_backward_args();
+  a.dv = make_tensor(g_dv, DType::kBF16, {kB, kSk, kHkv});
+  expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"dv:", "rank 4"});
+}
+
+TEST(BackwardValidation, GradientDtypeAndStride) {
+  BackwardArgs a = valid_backward_args();
+  a.dq.dtype = DType::kFP16;
+  expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"dq:", "fp16", "does not match"});
+  a = valid_backward_args();
+  a.dout.dtype = DType::kFP32;
+  expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"dout:", "fp32"});
+  a = valid_backward_args();
+  a.dv.stride[3] = 2;
+  expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"dv:", "contiguous"});
+  a = valid_backward_args();
+  a.dk.data = nullptr;
+  expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"dk:", "null"});
+}
+
+TEST(BackwardValidation, KernelRules) {
+  BackwardArgs a = valid_backward_args();
+  a.kernel = "k6";  // a forward-only kernel
+  expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"unknown backward kernel", "k6", "fa2"});
+  expect_error(backward(a), StatusCode::kInvalidArgument, {"unknown backward kernel"});  // no device needed
+  a.kernel = "fa2";
+  DeviceInfo turing = hopper();
+  turing.cc_major = 7;
+  turing.cc_minor = 5;
+  expect_error(plan_backward(a, turing), StatusCode::kUnsupported, {"fa2", "compute capability 8.0"});
+  a.kernel = "auto";
+  expect_error(plan_backward(a, turing), StatusCode::kUnsupported, {"auto", "backward", "compute capability"});
+  a = valid_backward_args();
+  a.dout.data = g_do + 2;
+  expect_error(plan_backward(a), StatusCode::kUnsupported, {"dout:", "16-byte"});
+  a = valid_backward_args();
+  a.dk.stride[1] = kHkv * kD + 2;  // 4 bytes past a 16-byte multiple
+  expect_error(plan_backward(a), StatusCode::kUnsupported, {"dk:", "seqlen stride", "16 bytes"});
+  for (TensorView* t : {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv})
+    *t = make_tensor(t->data, t->dtype, {t->shape[0], t->shape[1], t->shape[2], 96});
+  expect_error(plan_backward(a), StatusCode::kUnsupported, {"head_dim", "96", "fa2"});
+}
+
+TEST(BackwardValidation, EmptyProblemsSucceedWithoutLaunching) {
+  BackwardArgs a = valid_backward_args();
+  for (TensorView* t : {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv})
+    *t = make_tensor(nullptr, t->dtype, {0, t->shape[1], t->shape[2], t->shape[3]});
+  a.lse = make_tensor(nullptr, DType::kFP32, {0, kHq, kSq});
+  EXPECT_TRUE(backward(a).ok()) << backward(a).message;  // batch 0: no device touched
+}
+
+TEST(Registry, ListsBackwardKernels) {
+  const std::vector<KernelInfo> kernels = list_backward_kernels();
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0].name, "fa2");
+  EXPECT_FALSE(kernels[0].description.empty());
 }
 
 }  // namespace

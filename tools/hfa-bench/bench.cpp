@@ -1,7 +1,10 @@
 #include "bench.h"
 
+#include "common/status_util.h"
+
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -30,26 +33,56 @@ std::vector<check::Config> sweep_configs(DType dtype, const std::vector<int>& he
   return out;
 }
 
+namespace {
+
+// The backward: check (forward then backward, all gradients compared), then time the backward
+// alone on the forward's out and lse.
+Status run_backward(check::DeviceBuffers& buffers, const Options& options, uint64_t seed, Row* row) {
+  if (options.check) {
+    check::BackwardCheckResult result;
+    HFA_RETURN_IF_ERROR(check::run_check_backward(buffers, seed, options.check_groups, &result));
+    row->check_pass = result.pass;
+    row->max_abs_err = std::max({result.dq.max_abs_err, result.dk.max_abs_err, result.dv.max_abs_err});
+    row->rel_rms = std::max({result.dq.rel_rms, result.dk.rel_rms, result.dv.rel_rms});
+    if (!result.pass) row->error = result.message;
+  }
+  HFA_RETURN_IF_ERROR(buffers.fill_random(seed + 1));
+  ForwardArgs fwd = buffers.forward_args();
+  fwd.kernel = "auto";  // out and lse for the timed backward: any correct forward
+  HFA_RETURN_IF_ERROR(forward(fwd));
+  HFA_RETURN_IF_ERROR(check::time_backward(buffers, options.warmup, options.iters, &row->ms));
+  row->tflops = 2.5 * check::forward_flops(row->config) / (row->ms * 1e-3) / 1e12;
+  return Status::Ok();
+}
+
+}  // namespace
+
 Row run_config(const check::Config& config, const Options& options, uint64_t seed) {
   Row row;
   row.impl = config.kernel;
   row.config = config;
+  row.config.backward = options.backward;
+  row.kind = options.backward ? "bwd" : "fwd";
   check::DeviceBuffers buffers;
-  Status st = buffers.allocate(config);
-  if (st.ok() && options.check) {
-    check::CheckResult result;
-    st = check::run_check(buffers, seed, options.check_rows, &result);
-    if (st.ok()) {
-      row.check_pass = result.pass;
-      row.max_abs_err = result.max_abs_err;
-      row.rel_rms = result.rel_rms;
-      if (!result.pass) row.error = result.message;
+  Status st = buffers.allocate(row.config);
+  if (st.ok() && options.backward) {
+    st = run_backward(buffers, options, seed, &row);
+  } else {
+    if (st.ok() && options.check) {
+      check::CheckResult result;
+      st = check::run_check(buffers, seed, options.check_rows, &result);
+      if (st.ok()) {
+        row.check_pass = result.pass;
+        row.max_abs_err = result.max_abs_err;
+        row.rel_rms = result.rel_rms;
+        if (!result.pass) row.error = result.message;
+      }
     }
-  }
-  if (st.ok()) {
-    st = buffers.fill_random(seed + 1);  // time on fresh random data, never zeros
-    if (st.ok()) st = check::time_forward(buffers, options.warmup, options.iters, &row.ms);
-    if (st.ok()) row.tflops = check::forward_flops(config) / (row.ms * 1e-3) / 1e12;
+    if (st.ok()) {
+      st = buffers.fill_random(seed + 1);  // time on fresh random data, never zeros
+      if (st.ok()) st = check::time_forward(buffers, options.warmup, options.iters, &row.ms);
+      if (st.ok()) row.tflops = check::forward_flops(config) / (row.ms * 1e-3) / 1e12;
+    }
   }
   if (!st.ok()) row.error = std::string(to_string(st.code)) + ": " + st.message;
   cudaGetLastError();

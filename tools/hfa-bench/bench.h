@@ -16,6 +16,8 @@ struct Options {
   int warmup = 5;
   int iters = 30;
   uint64_t seed = 0;  // 0: a fresh seed per run (printed, so a failure can be replayed)
+  bool backward = false;  // time (and check) the backward pass; TFLOPS = 2.5 x forward FLOPs
+  int check_groups = 2;   // backward --check: random (batch, KV head) groups compared
 };
 
 // One line of results, in the DESIGN.md JSON schema.

@@ -24,6 +24,10 @@ void print_kernel_list() {
     std::printf("%-8s %s\n%-8s   supports: %s\n", k.name.c_str(), k.description.c_str(), "",
                 k.supports.c_str());
   std::printf("%-8s %s\n", "auto", "the fastest kernel that supports the arguments (what hfa::forward uses by default)");
+  std::printf("\nbackward kernels (--bwd):\n");
+  for (const hfa::KernelInfo& k : hfa::list_backward_kernels())
+    std::printf("%-8s %s\n%-8s   supports: %s\n", k.name.c_str(), k.description.c_str(), "",
+                k.supports.c_str());
 }
 
 bool have_gpu(std::string* why) {
@@ -59,6 +63,8 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype_name, "bf16 or fp16")->envname("DTYPE")->check(CLI::IsMember({"bf16", "fp16"}));
   app.add_flag("--check", opt.check, "check against the fp64 CPU reference; exit 1 on FAIL")->envname("CHECK");
   app.add_option("--check-rows", opt.check_rows, "rows checked per configuration (random subset when more)");
+  app.add_flag("--bwd", opt.backward, "the backward pass (backward kernels: see --list); TFLOPS = 2.5 x forward FLOPs");
+  app.add_option("--check-groups", opt.check_groups, "--bwd --check: (batch, KV head) groups checked (random subset; 0 = all)")->check(CLI::NonNegativeNumber);
   app.add_flag("--sweep", sweep, "run the seeds' sweep: s=512..16384, batch=16384/s, heads=2048/d, causal 0/1");
   app.add_option("--sweep-headdims", sweep_dims, "head dims of the sweep")->delimiter(',');
   app.add_option("--json", json_path, "write the results as JSON (DESIGN.md schema)");
@@ -79,9 +85,11 @@ int main(int argc, char** argv) {
   if (kernels.empty()) kernels = {"auto"};
   for (const std::string& k : kernels) {
     bool known = k == "auto";
-    for (const hfa::KernelInfo& info : hfa::list_kernels()) known = known || info.name == k;
+    for (const hfa::KernelInfo& info : opt.backward ? hfa::list_backward_kernels() : hfa::list_kernels())
+      known = known || info.name == k;
     if (!known) {
-      std::fprintf(stderr, "hfa-bench: unknown kernel \"%s\" (see --list)\n", k.c_str());
+      std::fprintf(stderr, "hfa-bench: unknown %s kernel \"%s\" (see --list)\n",
+                   opt.backward ? "backward" : "forward", k.c_str());
       return 2;
     }
   }

@@ -14,20 +14,26 @@
 
 namespace hfa {
 
-// Returns Launcher::run<T, D>(p, stream) for the problem's dtype (bf16/fp16) and head_dim among
-// the head dims this build instantiated (cudaErrorInvalidValue for any other: the kernel's check
-// has rejected it before).
-template <class Launcher>
-cudaError_t dispatch_dtype_head_dim(const FwdProblem& p, cudaStream_t stream) {
+// Returns Launcher::run<T, D>(problem, stream) for `dtype` (bf16/fp16) and `head_dim` among the
+// head dims this build instantiated (cudaErrorInvalidValue for any other: the kernel's check has
+// rejected it before). Problem is FwdProblem or BwdProblem.
+template <class Launcher, class Problem>
+cudaError_t dispatch_dtype_head_dim(const Problem& problem, DType dtype, int head_dim,
+                                    cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
-  const bool bf16 = p.dtype == DType::kBF16;
+  const bool bf16 = dtype == DType::kBF16;
 #define HFA_DISPATCH_CASE(D)                                                      \
-  if (p.head_dim == D)                                                            \
-    err = bf16 ? Launcher::template run<__nv_bfloat16, D>(p, stream)              \
-               : Launcher::template run<__half, D>(p, stream);
+  if (head_dim == D)                                                              \
+    err = bf16 ? Launcher::template run<__nv_bfloat16, D>(problem, stream)        \
+               : Launcher::template run<__half, D>(problem, stream);
   HFA_FOR_EACH_HEAD_DIM(HFA_DISPATCH_CASE)
 #undef HFA_DISPATCH_CASE
   return err;
+}
+
+template <class Launcher>
+cudaError_t dispatch_dtype_head_dim(const FwdProblem& p, cudaStream_t stream) {
+  return dispatch_dtype_head_dim<Launcher>(p, p.dtype, p.head_dim, stream);
 }
 
 // The registry entry of a kernel family. Family provides what differs between kernels:

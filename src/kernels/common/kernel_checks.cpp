@@ -26,29 +26,30 @@ Status check_head_dim(const char* kernel, const FwdProblem& p, std::initializer_
                     p.head_dim, kernel, list.c_str());
 }
 
-Status check_16B_aligned(const char* kernel, const FwdProblem& p) {
-  const int64_t elem = size_of(p.dtype);
-  struct Operand { const char* name; const void* ptr; int64_t b, s, h; };
-  const Operand ops[] = {
-      {"q", p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride},
-      {"k", p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride},
-      {"v", p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride},
-      {"out", p.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride},
-  };
-  for (const Operand& op : ops) {
-    if (reinterpret_cast<uintptr_t>(op.ptr) % 16 != 0)
+Status check_16B_operand(const char* kernel, const char* name, const void* ptr, int64_t batch_stride,
+                         int64_t row_stride, int64_t head_stride, DType dtype) {
+  const int64_t elem = size_of(dtype);
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
+    return make_error(StatusCode::kUnsupported,
+                      "%s: data pointer %p is not 16-byte aligned, which kernel \"%s\" needs "
+                      "(16-byte vector loads)", name, ptr, kernel);
+  const int64_t strides[3] = {batch_stride, row_stride, head_stride};
+  const char* names[3] = {"batch", "seqlen", "heads"};
+  for (int i = 0; i < 3; ++i)
+    if ((strides[i] * elem) % 16 != 0)
       return make_error(StatusCode::kUnsupported,
-                        "%s: data pointer %p is not 16-byte aligned, which kernel \"%s\" needs "
-                        "(16-byte vector loads)", op.name, op.ptr, kernel);
-    const int64_t strides[3] = {op.b, op.s, op.h};
-    const char* names[3] = {"batch", "seqlen", "heads"};
-    for (int i = 0; i < 3; ++i)
-      if ((strides[i] * elem) % 16 != 0)
-        return make_error(StatusCode::kUnsupported,
-                          "%s: %s stride %lld elements is not a multiple of 16 bytes, which kernel "
-                          "\"%s\" needs (16-byte vector loads)", op.name, names[i],
-                          static_cast<long long>(strides[i]), kernel);
-  }
+                        "%s: %s stride %lld elements is not a multiple of 16 bytes, which kernel "
+                        "\"%s\" needs (16-byte vector loads)", name, names[i],
+                        static_cast<long long>(strides[i]), kernel);
+  return Status::Ok();
+}
+
+Status check_16B_aligned(const char* kernel, const FwdProblem& p) {
+  HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "q", p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, p.dtype));
+  HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "k", p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, p.dtype));
+  HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "v", p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, p.dtype));
+  HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "out", p.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride, p.dtype));
+  const int64_t elem = size_of(p.dtype);
   if ((p.head_dim * elem) % 16 != 0)
     return make_error(StatusCode::kUnsupported, "head_dim: %d is not a multiple of %lld for kernel \"%s\"",
                       p.head_dim, static_cast<long long>(16 / elem), kernel);

@@ -17,6 +17,9 @@ Status check_head_dim(const char* kernel, const FwdProblem& p, std::initializer_
 // Q/K/V/O pointers 16-byte aligned and their batch/row/head strides multiples of 16 bytes
 // (kernels that move 16-byte vectors need it).
 Status check_16B_aligned(const char* kernel, const FwdProblem& p);
+// The same rule for one tensor named `name` (e.g. the backward's dout, dq, dk, dv).
+Status check_16B_operand(const char* kernel, const char* name, const void* ptr, int64_t batch_stride,
+                         int64_t row_stride, int64_t head_stride, DType dtype);
 
 // Grid dimensions y and z are limited to 65535 blocks.
 Status check_grid_dim(const char* kernel, const char* what, long long blocks);

@@ -1,0 +1,20 @@
+// The public backward entry point: validate, pick the kernel, launch.
+#include "api/validate.h"
+#include "common/status_util.h"
+
+namespace hfa {
+
+Status backward(const BackwardArgs& args, cudaStream_t stream) {
+  BwdProblem problem;
+  HFA_RETURN_IF_ERROR(normalize_backward(args, &problem));
+  DeviceInfo device;
+  const BackwardKernelEntry* kernel = nullptr;
+  if (args.kernel != "auto" && !find_backward_kernel(args.kernel))
+    return select_backward_kernel_for(args.kernel, problem, device, &kernel);  // unknown name
+  if (is_empty(problem)) return Status::Ok();
+  HFA_RETURN_IF_ERROR(query_device(&device));
+  HFA_RETURN_IF_ERROR(select_backward_kernel_for(args.kernel, problem, device, &kernel));
+  return kernel->launch(problem, device, stream);
+}
+
+}  // namespace hfa

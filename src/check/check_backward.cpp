@@ -1,0 +1,169 @@
+// Checking a backward kernel's dq, dk, dv against the fp64 reference by the DESIGN.md rule:
+//   max|grad - ref| <= 2 * max|baseline - ref| + atol(dtype)   for each of dq, dk, dv,
+// where baseline is the same backward computed as a framework would on bf16/fp16 tensors
+// (reference::backward_group with a Precision). Gradients are poisoned (NaN) before the launch;
+// every element must be written and no padding touched.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "check/check.h"
+#include "check/host_tensors.h"
+#include "reference/reference.h"
+
+namespace hfa::check {
+namespace {
+
+// One rounding step of the dtype at magnitude 0.5, as for the forward's output.
+double gradient_atol(DType dtype) { return dtype == DType::kFP16 ? 1.0 / 4096 : 1.0 / 512; }
+
+// Unwritten (NaN) elements of a 4-D tensor, and elements written outside it (padding no longer
+// all-ones).
+void scan_written(const DeviceBuffers::Tensor& t, const std::vector<uint16_t>& raw, DType dtype,
+                  GradientError* e) {
+  const TensorView& v = t.view;
+  std::vector<char> is_element(t.alloc_elems, 0);
+  for (int64_t a = 0; a < v.shape[0]; ++a)
+    for (int64_t b = 0; b < v.shape[1]; ++b)
+      for (int64_t h = 0; h < v.shape[2]; ++h)
+        for (int64_t d = 0; d < v.shape[3]; ++d) is_element[offset4(v, a, b, h, d)] = 1;
+  for (int64_t i = 0; i < t.alloc_elems; ++i) {
+    if (is_element[i] && std::isnan(element_to_double(dtype, raw[i]))) ++e->unwritten;
+    if (!is_element[i] && raw[i] != 0xFFFF) ++e->padding_clobbered;
+  }
+}
+
+bool is_forward_kernel(const std::string& name) {
+  for (const KernelInfo& k : list_kernels())
+    if (k.name == name) return true;
+  return false;
+}
+
+struct ErrorSums {
+  double max_abs = 0, base_max_abs = 0, sq_err = 0, sq_ref = 0;
+  void add(double got, double ref, double base) {
+    const double err = std::fabs(got - ref);
+    max_abs = std::isnan(err) ? INFINITY : std::max(max_abs, err);
+    base_max_abs = std::max(base_max_abs, std::fabs(base - ref));
+    sq_err += err * err;
+    sq_ref += ref * ref;
+  }
+  void finish(DType dtype, GradientError* e) const {
+    e->max_abs_err = max_abs;
+    e->baseline_max_abs_err = base_max_abs;
+    e->rel_rms = sq_ref > 0 ? std::sqrt(sq_err / sq_ref) : std::sqrt(sq_err);
+    e->tolerance = 2 * base_max_abs + gradient_atol(dtype);
+  }
+};
+
+}  // namespace
+
+std::string BackwardCheckResult::summary() const {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "dq %.2e (tol %.2e, rms %.1e) dk %.2e (tol %.2e, rms %.1e) dv %.2e (tol %.2e, "
+                "rms %.1e) groups %d/%d %s",
+                dq.max_abs_err, dq.tolerance, dq.rel_rms, dk.max_abs_err, dk.tolerance, dk.rel_rms,
+                dv.max_abs_err, dv.tolerance, dv.rel_rms, groups_checked, groups_total,
+                pass ? "PASS" : "FAIL");
+  return buf;
+}
+
+Status run_check_backward(DeviceBuffers& buf, uint64_t seed, int max_groups,
+                          BackwardCheckResult* result,
+                          const std::function<void(BackwardArgs&)>& tamper) {
+  const Config& c = buf.config;
+  *result = BackwardCheckResult{};
+  auto fail = [&](const Status& st) {
+    result->pass = false;
+    result->message = st.message;
+    return st;
+  };
+  if (!c.backward)
+    return fail(make_error(StatusCode::kInvalidArgument, "run_check_backward: buffers allocated "
+                                                         "without Config::backward"));
+  Status st = buf.fill_random(seed);
+  if (st.ok()) st = buf.poison_outputs();
+  if (!st.ok()) return fail(st);
+  ForwardArgs fwd = buf.forward_args();
+  fwd.kernel = is_forward_kernel(c.kernel) ? c.kernel : "auto";
+  st = forward(fwd);
+  BackwardArgs bwd = buf.backward_args();
+  if (tamper) tamper(bwd);
+  if (st.ok()) st = backward(bwd);
+  if (st.ok()) st = cuda_status(cudaDeviceSynchronize(), "running the backward");
+  if (!st.ok()) return fail(st);
+
+  std::vector<uint16_t> hq, hk, hv, hdo, hdq, hdk, hdv;
+  for (auto [t, h] : {std::pair{&buf.q, &hq}, {&buf.k, &hk}, {&buf.v, &hv}, {&buf.dout, &hdo},
+                      {&buf.dq, &hdq}, {&buf.dk, &hdk}, {&buf.dv, &hdv}})
+    if (!(st = copy_to_host(*t, h)).ok()) return fail(st);
+  scan_written(buf.dq, hdq, c.dtype, &result->dq);
+  scan_written(buf.dk, hdk, c.dtype, &result->dk);
+  scan_written(buf.dv, hdv, c.dtype, &result->dv);
+
+  reference::Shape shape;
+  shape.batch = c.batch; shape.seqlen_q = c.seqlen_q; shape.seqlen_k = c.seqlen_k;
+  shape.heads_q = c.heads_q; shape.heads_kv = c.heads_kv; shape.head_dim = c.head_dim;
+  shape.scale = c.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(c.head_dim)));
+  shape.causal = c.causal;
+  const std::vector<double> q = to_contiguous(buf.q.view, hq), k = to_contiguous(buf.k.view, hk),
+                            v = to_contiguous(buf.v.view, hv), dout = to_contiguous(buf.dout.view, hdo);
+  const std::vector<double> dq = to_contiguous(buf.dq.view, hdq), dk = to_contiguous(buf.dk.view, hdk),
+                            dv = to_contiguous(buf.dv.view, hdv);
+
+  std::vector<int> groups(c.batch * c.heads_kv);  // b * heads_kv + hk
+  std::iota(groups.begin(), groups.end(), 0);
+  if (max_groups > 0 && static_cast<int>(groups.size()) > max_groups) {
+    std::mt19937_64 rng(seed);
+    std::shuffle(groups.begin(), groups.end(), rng);
+    groups.resize(max_groups);
+  }
+  result->groups_total = c.batch * c.heads_kv;
+  result->groups_checked = static_cast<int>(groups.size());
+
+  const auto prec = c.dtype == DType::kFP16 ? reference::Precision::kFP16 : reference::Precision::kBF16;
+  const int threads = static_cast<int>(std::max(1u, std::min(std::thread::hardware_concurrency(), 32u)));
+  std::vector<double> ref_q(q.size()), ref_k(k.size()), ref_v(v.size());
+  std::vector<double> base_q(q.size()), base_k(k.size()), base_v(v.size());
+  ErrorSums eq, ek, ev;
+  const int group_size = c.heads_q / c.heads_kv, d = c.head_dim;
+  for (int gidx : groups) {
+    const int b = gidx / c.heads_kv, hkv = gidx % c.heads_kv;
+    reference::backward_group(shape, q.data(), k.data(), v.data(), dout.data(), b, hkv, nullptr,
+                              ref_q.data(), ref_k.data(), ref_v.data(), threads);
+    reference::backward_group(shape, q.data(), k.data(), v.data(), dout.data(), b, hkv, &prec,
+                              base_q.data(), base_k.data(), base_v.data(), threads);
+    for (int g = 0; g < group_size; ++g)
+      for (int i = 0; i < c.seqlen_q; ++i)
+        for (int e = 0; e < d; ++e) {
+          const int64_t idx = shape.q_index(b, i, hkv * group_size + g) + e;
+          eq.add(dq[idx], ref_q[idx], base_q[idx]);
+        }
+    for (int j = 0; j < c.seqlen_k; ++j)
+      for (int e = 0; e < d; ++e) {
+        const int64_t idx = shape.kv_index(b, j, hkv) + e;
+        ek.add(dk[idx], ref_k[idx], base_k[idx]);
+        ev.add(dv[idx], ref_v[idx], base_v[idx]);
+      }
+  }
+  eq.finish(c.dtype, &result->dq);
+  ek.finish(c.dtype, &result->dk);
+  ev.finish(c.dtype, &result->dv);
+
+  std::string why;
+  for (auto [name, e] : {std::pair{"dq", &result->dq}, {"dk", &result->dk}, {"dv", &result->dv}}) {
+    if (e->unwritten) why += std::string(name) + ": " + std::to_string(e->unwritten) + " elements unwritten or NaN; ";
+    if (e->padding_clobbered)
+      why += std::string(name) + ": " + std::to_string(e->padding_clobbered) + " elements written outside it; ";
+    if (!(e->max_abs_err <= e->tolerance)) why += std::string(name) + " error over tolerance; ";
+  }
+  result->pass = why.empty();
+  result->message = result->pass ? result->summary() : why + result->summary();
+  return Status::Ok();
+}
+
+}  // namespace hfa::check

@@ -1,0 +1,113 @@
+// FA2's registry entries: the forward kernel "fa2" and the backward kernel "fa2", with their
+// support rules, the (dtype, head_dim) dispatch, and the backward's workspace.
+#include "kernels/common/dispatch.h"
+#include "kernels/common/kernel_checks.h"
+#include "kernels/fa2/fa2_shapes.h"
+
+namespace hfa {
+
+// Defined in the generated fa2_hdim<D>.cu files; declared here so this file compiles no kernel.
+namespace fa2 {
+template <typename T, int D> cudaError_t launch_forward(const FwdProblem&, cudaStream_t);
+template <typename T, int D> cudaError_t launch_backward(const BwdProblem&, cudaStream_t);
+#define HFA_FA2_DECLARE(D)                                                                          \
+  extern template cudaError_t launch_forward<__nv_bfloat16, D>(const FwdProblem&, cudaStream_t);  \
+  extern template cudaError_t launch_forward<__half, D>(const FwdProblem&, cudaStream_t);         \
+  extern template cudaError_t launch_backward<__nv_bfloat16, D>(const BwdProblem&, cudaStream_t); \
+  extern template cudaError_t launch_backward<__half, D>(const BwdProblem&, cudaStream_t);
+HFA_FOR_EACH_HEAD_DIM(HFA_FA2_DECLARE)
+#undef HFA_FA2_DECLARE
+}  // namespace fa2
+
+namespace {
+
+constexpr const char* kName = "fa2";
+
+template <template <int> class Shape>
+size_t smem_bytes(int head_dim) {
+#define HFA_FA2_SMEM(D) if (head_dim == D) return Shape<D>::kSmemBytes;
+  HFA_FOR_EACH_HEAD_DIM(HFA_FA2_SMEM)
+#undef HFA_FA2_SMEM
+  return 0;
+}
+
+// Rules the forward and the backward share: arch, head dim, 16-byte operands, grid, smem.
+Status check_common(const FwdProblem& p, const DeviceInfo& device, size_t smem) {
+  HFA_RETURN_IF_ERROR(check_min_arch(kName, device, 80));
+  HFA_RETURN_IF_ERROR(check_head_dim(kName, p, {HFA_HEAD_DIMS_INIT}));
+  HFA_RETURN_IF_ERROR(check_16B_aligned(kName, p));
+  HFA_RETURN_IF_ERROR(check_grid_dim(kName, "heads_q", p.heads_q));
+  HFA_RETURN_IF_ERROR(check_grid_dim(kName, "batch", p.batch));
+  return check_smem(kName, device, static_cast<long long>(smem));
+}
+
+struct Fa2Forward {
+  static constexpr const char* kName = "fa2";
+  static Status check(const FwdProblem& p, const DeviceInfo& device) {
+    return check_common(p, device, smem_bytes<fa2::FwdShape>(p.head_dim));
+  }
+  template <typename T, int D>
+  static cudaError_t run(const FwdProblem& p, cudaStream_t s) { return fa2::launch_forward<T, D>(p, s); }
+};
+
+struct Fa2Backward {
+  template <typename T, int D>
+  static cudaError_t run(const BwdProblem& p, cudaStream_t s) { return fa2::launch_backward<T, D>(p, s); }
+};
+
+Status check_backward(const BwdProblem& bp, const DeviceInfo& device) {
+  const FwdProblem& p = bp.fwd;
+  HFA_RETURN_IF_ERROR(check_common(p, device, smem_bytes<fa2::BwdShape>(p.head_dim)));
+  HFA_RETURN_IF_ERROR(check_16B_operand(kName, "dout", bp.dout, bp.do_batch_stride, bp.do_row_stride, bp.do_head_stride, p.dtype));
+  HFA_RETURN_IF_ERROR(check_16B_operand(kName, "dq", bp.dq, bp.dq_batch_stride, bp.dq_row_stride, bp.dq_head_stride, p.dtype));
+  HFA_RETURN_IF_ERROR(check_16B_operand(kName, "dk", bp.dk, bp.dk_batch_stride, bp.dk_row_stride, bp.dk_head_stride, p.dtype));
+  HFA_RETURN_IF_ERROR(check_16B_operand(kName, "dv", bp.dv, bp.dv_batch_stride, bp.dv_row_stride, bp.dv_head_stride, p.dtype));
+  return check_grid_dim(kName, "heads_kv", p.heads_kv);
+}
+
+// Allocates the fp32 workspace on the stream (dQ accumulator, zeroed, and D = rowsum(dO * O)),
+// runs the three launches, and frees the workspace in stream order.
+Status launch_backward(const BwdProblem& problem, const DeviceInfo&, cudaStream_t stream) {
+  BwdProblem bp = problem;
+  const FwdProblem& p = bp.fwd;
+  const size_t rows = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q;
+  const size_t accum_bytes = rows * p.head_dim * sizeof(float), dot_bytes = rows * sizeof(float);
+  void* workspace = nullptr;
+  if (rows > 0)
+    HFA_RETURN_IF_ERROR(cuda_status(cudaMallocAsync(&workspace, accum_bytes + dot_bytes, stream),
+                                    "fa2 backward: allocating the fp32 dQ workspace"));
+  bp.dq_accum = static_cast<float*>(workspace);
+  bp.row_dot = bp.dq_accum + rows * p.head_dim;
+  cudaError_t err = rows > 0 ? cudaMemsetAsync(bp.dq_accum, 0, accum_bytes, stream) : cudaSuccess;
+  if (err == cudaSuccess) err = dispatch_dtype_head_dim<Fa2Backward>(bp, p.dtype, p.head_dim, stream);
+  const cudaError_t free_err = workspace ? cudaFreeAsync(workspace, stream) : cudaSuccess;
+  if (err == cudaSuccess) err = free_err;
+  return cuda_status(err, "launching fa2 backward");
+}
+
+}  // namespace
+
+KernelEntry fa2_entry() {
+  return make_entry<Fa2Forward>(
+      "FA2 forward (Algorithm 1) on mma.sync m16n8k16 tensor cores: split-Q over warps, ldmatrix, "
+      "cp.async K/V loads overlapping the softmax, deferred 1/l",
+      "bf16/fp16, head_dim " HFA_HEAD_DIMS_STRING ", causal (block skipping), GQA/MQA, LSE; "
+      "16-byte aligned pointers and strides; sm80+",
+      /*auto_priority=*/15);
+}
+
+BackwardKernelEntry fa2_backward_entry() {
+  BackwardKernelEntry e;
+  e.name = kName;
+  e.description =
+      "FA2 backward (Algorithm 2) on mma.sync: one CTA per KV block, P recomputed from LSE, dK/dV "
+      "on chip (summed over the GQA group), dQ by fp32 atomics";
+  e.supports = "bf16/fp16, head_dim " HFA_HEAD_DIMS_STRING ", causal (block skipping), GQA/MQA; "
+               "16-byte aligned pointers and strides; sm80+";
+  e.auto_priority = 10;
+  e.check = check_backward;
+  e.launch = launch_backward;
+  return e;
+}
+
+}  // namespace hfa

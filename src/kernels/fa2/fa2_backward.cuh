@@ -1,0 +1,278 @@
+// FA2 backward (FlashAttention-2, Algorithm 2) on mma.sync tensor cores, for sm80 and newer.
+// Three launches:
+//   1. row_dot:  D_i = rowsum(dO_i * O_i) in fp32 (the paper's preprocessing step).
+//   2. main:     one CTA per (KV block j, KV head, batch). K_j and V_j stay in shared memory and
+//                dK_j, dV_j in registers while the CTA walks over every Q block i of every query
+//                head that reads this KV head (GQA/MQA: the sum over the group happens on chip,
+//                with no atomics for dK/dV). Per Q block:
+//                  S = Q_i K_j^T, dP = dO_i V_j^T           (registers)
+//                  P = exp(S - LSE_i) (recomputed), dS = P * (dP - D_i)
+//                  dV_j += P^T dO_i, dK_j += dS^T Q_i       (P, dS through shared memory)
+//                  dQ_i += dS K_j                           (fp32 atomics into the workspace)
+//                Causal: Q blocks wholly before the KV block are skipped.
+//   3. convert:  dQ = scale * dQ_accum in the output dtype and strides.
+// Q_{i+1} and dO_{i+1} load (cp.async) while block i computes, where shared memory allows.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "common/problem.h"
+#include "kernels/common/numeric.cuh"
+#include "kernels/fa2/fa2_forward.cuh"
+
+namespace hfa::fa2 {
+
+// ---- 1. D = rowsum(dO * O): one warp per query row ----------------------------------------------
+
+constexpr int kRowDotWarps = 8;
+
+template <typename T, int D>
+__global__ void __launch_bounds__(32 * kRowDotWarps) fa2_row_dot_kernel(BwdProblem bp) {
+  const FwdProblem& p = bp.fwd;
+  const int row = blockIdx.x * kRowDotWarps + threadIdx.x / 32, h = blockIdx.y, b = blockIdx.z;
+  const int lane = threadIdx.x % 32;
+  if (row >= p.seqlen_q) return;
+  const T* o = static_cast<const T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
+               row * p.o_row_stride;
+  const T* dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride +
+                  h * bp.do_head_stride + row * bp.do_row_stride;
+  float dot = 0.f;
+  for (int c = lane; c < D / kElemsPer16B; c += 32) {
+    float of[8], df[8];
+    unpack8<T>(*reinterpret_cast<const uint4*>(o + c * kElemsPer16B), of);
+    unpack8<T>(*reinterpret_cast<const uint4*>(dout + c * kElemsPer16B), df);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dot += of[e] * df[e];
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+  if (lane == 0) bp.row_dot[(static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + row] = dot;
+}
+
+// ---- 2. The main kernel --------------------------------------------------------------------------
+
+// First Q block that sees any key of the KV block starting at k0 (causal block skipping).
+__device__ __forceinline__ int backward_first_q_block(const FwdProblem& p, int k0, int block_m) {
+  if (!p.causal) return 0;
+  const int first_row = k0 - p.causal_offset();  // query i sees key k0 iff i >= k0 - offset
+  return first_row <= 0 ? 0 : first_row / block_m;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(BwdProblem bp) {
+  const FwdProblem& p = bp.fwd;
+  using Shape = BwdShape<D>;
+  constexpr int kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN, kStages = Shape::kStages;
+  constexpr int kThreads = Shape::kThreads;
+  constexpr int kSTiles = kBlockN / 8 / Shape::kColGroups;  // n8 tiles of S per warp
+  constexpr int kDTiles = D / 8 / Shape::kColGroups;        // n8 tiles of dK, dV, dQ per warp
+  constexpr int kDqChunkTiles = kDTiles < 8 ? kDTiles : 8;
+  using TileQ = SwizzledTile<kBlockM, D>;  // Q_i, dO_i (and dK, dV staged for the store)
+  using TileKV = SwizzledTile<kBlockN, D>;
+  using TileP = SwizzledTile<kBlockM, kBlockN>;  // P and dS, [query][key]
+  static_assert(TileQ::kElems == TileKV::kElems, "dK/dV are staged in the Q/dO buffers");
+
+  extern __shared__ uint4 smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);
+  T* sV = sK + TileKV::kElems;
+  T* sQ = sV + TileKV::kElems;       // kStages buffers
+  T* sdO = sQ + kStages * TileQ::kElems;  // kStages buffers
+  T* sP = sdO + kStages * TileQ::kElems;
+  T* sdS = sP + TileP::kElems;
+
+  const int k0 = blockIdx.x * kBlockN, hk = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wr = warp % Shape::kRowGroups, wc = warp / Shape::kRowGroups;
+  const int row_w = 16 * wr;            // this warp's 16 rows in every GEMM
+  const int s_col_w = wc * kBlockN / 2;  // its key columns of S, dP
+  const int d_col_w = wc * D / 2;        // its head_dim columns of dK, dV, dQ
+  const int group = p.group_size();
+
+  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride;
+  const int m_begin = backward_first_q_block(p, k0, kBlockM);
+  const int m_count = max(0, ceil_div(p.seqlen_q, kBlockM) - m_begin);
+  const int n_iters = group * m_count;  // (query head of the group, Q block) pairs
+
+  auto load_q_do = [&](int it, int stage) {
+    const int h = hk * group + it / m_count, q0 = (m_begin + it % m_count) * kBlockM;
+    const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
+    const T* dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride + h * bp.do_head_stride;
+    load_rows_async<TileQ, kThreads>(sQ + stage * TileQ::kElems, q, p.q_row_stride, q0, p.seqlen_q);
+    load_rows_async<TileQ, kThreads>(sdO + stage * TileQ::kElems, dout, bp.do_row_stride, q0,
+                                     p.seqlen_q);
+  };
+  load_rows_async<TileKV, kThreads>(sK, k, p.k_row_stride, k0, p.seqlen_k);
+  load_rows_async<TileKV, kThreads>(sV, v, p.v_row_stride, k0, p.seqlen_k);
+  if (n_iters > 0) load_q_do(0, 0);
+  cp_async_commit();
+
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  float dk[1][kDTiles][4], dv[1][kDTiles][4];
+  zero(dk);
+  zero(dv);
+
+  for (int it = 0; it < n_iters; ++it) {
+    const int stage = kStages == 2 ? it % 2 : 0;
+    if constexpr (kStages == 2) {
+      if (it + 1 < n_iters) load_q_do(it + 1, (it + 1) % 2);
+      cp_async_commit();
+      cp_async_wait<1>();  // block it has landed; block it + 1 may still be in flight
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* sQi = sQ + stage * TileQ::kElems;
+    const T* sdOi = sdO + stage * TileQ::kElems;
+    const int h = hk * group + it / m_count, q0 = (m_begin + it % m_count) * kBlockM;
+
+    // This lane's two rows (g and g + 8 of the warp's 16): LSE in base 2 and D. Rows past the
+    // end and rows that saw no key get LSE = +inf, so their P is 0 and no gradient flows.
+    float lse_log2[2], row_dot[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = q0 + row_w + lane / 4 + 8 * r;
+      lse_log2[r] = INFINITY;
+      row_dot[r] = 0.f;
+      if (row < p.seqlen_q) {
+        const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
+        if (lse != -INFINITY) lse_log2[r] = lse * kLog2e;
+        row_dot[r] = bp.row_dot[(static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + row];
+      }
+    }
+
+    float s[1][kSTiles][4], dp[1][kSTiles][4];
+    zero(s);
+    zero(dp);
+    warp_gemm<T, 1, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
+        s, sQi, row_w, sK, s_col_w);
+    warp_gemm<T, 1, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
+        dp, sdOi, row_w, sV, s_col_w);
+#pragma unroll
+    for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[0][nt][i] *= scale_log2;
+    if (block_needs_mask(q0, k0, kBlockN, p.seqlen_k, p.causal, p.causal_offset()))
+      apply_mask(s, q0 + row_w, k0 + s_col_w, p.seqlen_k, p.causal, p.causal_offset());
+#pragma unroll
+    for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float prob = exp2f(s[0][nt][i] - lse_log2[i / 2]);
+        s[0][nt][i] = prob;                              // P
+        dp[0][nt][i] = prob * (dp[0][nt][i] - row_dot[i / 2]);  // dS (without the scale)
+      }
+    store_c<TileP>(sP, s, row_w, s_col_w);
+    store_c<TileP>(sdS, dp, row_w, s_col_w);
+    __syncthreads();
+
+    // dV_j += P^T dO_i and dK_j += dS^T Q_i: A is read transposed from the [query][key] tiles.
+    warp_gemm<T, 1, kDTiles, kBlockM, Stored::kTransposed, Stored::kTransposed, TileP, TileQ>(
+        dv, sP, row_w, sdOi, d_col_w);
+    warp_gemm<T, 1, kDTiles, kBlockM, Stored::kTransposed, Stored::kTransposed, TileP, TileQ>(
+        dk, sdS, row_w, sQi, d_col_w);
+
+    // dQ_i += dS K_j, added into the fp32 workspace (other KV blocks add to the same rows); in
+    // chunks of 64 columns so that d=256 does not need 64 more registers.
+    float* dq_rows = bp.dq_accum + (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q * D;
+#pragma unroll
+    for (int chunk = 0; chunk < kDTiles / kDqChunkTiles; ++chunk) {
+      const int col0 = d_col_w + chunk * 8 * kDqChunkTiles;
+      float dq[1][kDqChunkTiles][4];
+      zero(dq);
+      warp_gemm<T, 1, kDqChunkTiles, kBlockN, Stored::kRowMajor, Stored::kTransposed, TileP, TileKV>(
+          dq, sdS, row_w, sK, col0);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = q0 + row_w + lane / 4 + 8 * r;
+        if (row >= p.seqlen_q) continue;
+#pragma unroll
+        for (int nt = 0; nt < kDqChunkTiles; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c)
+            atomicAdd(dq_rows + static_cast<int64_t>(row) * D + col0 + 8 * nt + 2 * (lane % 4) + c,
+                      dq[0][nt][2 * r + c]);
+      }
+    }
+    __syncthreads();  // sP, sdS and this stage's Q_i, dO_i are free
+    if constexpr (kStages == 1) {
+      if (it + 1 < n_iters) load_q_do(it + 1, 0);
+      cp_async_commit();
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Epilogue: dK = scale * dS^T Q; stage dK and dV in the Q/dO buffers for 16-byte stores.
+#pragma unroll
+  for (int nt = 0; nt < kDTiles; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dk[0][nt][i] *= p.softmax_scale;
+  store_c<TileKV>(sQ, dk, row_w, d_col_w);
+  store_c<TileKV>(sdO, dv, row_w, d_col_w);
+  __syncthreads();
+  T* dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + hk * bp.dk_head_stride;
+  T* dv_out = static_cast<T*>(bp.dv) + b * bp.dv_batch_stride + hk * bp.dv_head_stride;
+  store_rows<TileKV, kThreads>(dk_out, bp.dk_row_stride, sQ, k0, p.seqlen_k);
+  store_rows<TileKV, kThreads>(dv_out, bp.dv_row_stride, sdO, k0, p.seqlen_k);
+}
+
+// ---- 3. dQ = scale * dQ_accum, in the output dtype ------------------------------------------------
+
+template <typename T, int D>
+__global__ void fa2_convert_dq_kernel(BwdProblem bp) {
+  const FwdProblem& p = bp.fwd;
+  constexpr int kChunks = D / kElemsPer16B;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t total = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * kChunks;
+  if (idx >= total) return;
+  const int c = static_cast<int>(idx % kChunks);
+  const int64_t row_index = idx / kChunks;  // (b, h, row) flattened
+  const int row = static_cast<int>(row_index % p.seqlen_q);
+  const int h = static_cast<int>((row_index / p.seqlen_q) % p.heads_q);
+  const int b = static_cast<int>(row_index / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+  const float4* src = reinterpret_cast<const float4*>(bp.dq_accum + row_index * D + c * kElemsPer16B);
+  const float4 lo = src[0], hi = src[1];
+  const float vals[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  float scaled[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) scaled[e] = vals[e] * p.softmax_scale;
+  T* dq = static_cast<T*>(bp.dq) + b * bp.dq_batch_stride + h * bp.dq_head_stride +
+          row * bp.dq_row_stride + c * kElemsPer16B;
+  *reinterpret_cast<uint4*>(dq) = pack8<T>(scaled);
+}
+
+// Host side: the three launches for one (dtype, head_dim), with bp's workspace already allocated
+// and dq_accum zeroed; instantiated in fa2_hdim<D>.cu.
+template <typename T, int D>
+cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream) {
+  using Shape = BwdShape<D>;
+  const FwdProblem& p = bp.fwd;
+  // seqlen_q == 0 still launches the main kernel (dK = dV = 0); seqlen_k == 0 the convert (dQ = 0).
+  if (p.seqlen_q > 0) {
+    fa2_row_dot_kernel<T, D><<<dim3(ceil_div(p.seqlen_q, kRowDotWarps), p.heads_q, p.batch),
+                               32 * kRowDotWarps, 0, stream>>>(bp);
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
+  if (p.seqlen_k > 0) {
+    cudaError_t err = cudaFuncSetAttribute(fa2_backward_kernel<T, D>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(Shape::kSmemBytes));
+    if (err != cudaSuccess) return err;
+    fa2_backward_kernel<T, D><<<dim3(ceil_div(p.seqlen_k, Shape::kBlockN), p.heads_kv, p.batch),
+                                Shape::kThreads, Shape::kSmemBytes, stream>>>(bp);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  if (p.seqlen_q > 0) {
+    const int64_t chunks = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * (D / kElemsPer16B);
+    constexpr int kConvertThreads = 256;
+    fa2_convert_dq_kernel<T, D><<<static_cast<unsigned>((chunks + kConvertThreads - 1) / kConvertThreads),
+                                  kConvertThreads, 0, stream>>>(bp);
+    return cudaGetLastError();
+  }
+  return cudaSuccess;
+}
+
+}  // namespace hfa::fa2

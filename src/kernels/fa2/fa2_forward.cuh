@@ -1,0 +1,196 @@
+// FA2 forward (FlashAttention-2, Algorithm 1) on mma.sync tensor cores, for sm80 and newer.
+//
+// One CTA owns BlockM query rows of one (batch, head); each warp owns 16 * kMTiles of those rows
+// and streams over all of K and V (split-Q, no split-K), so the online softmax needs only the
+// four lanes of a quad: no shared-memory reduction across warps. Per KV tile j:
+//   S = Q K_j^T (Q and K_j from shared memory, ldmatrix)    -> registers, fp32
+//   mask, running max m, P = exp2(S - m), rescale O          -> registers
+//   O += P V_j (P straight from the S registers as the A operand, V_j with ldmatrix.trans)
+// The 1/l normalisation is deferred to the end (the paper's tweak 1), which also writes LSE.
+// Loads: K_{j+1} is issued once every warp has read K_j and lands during the softmax and P V_j;
+// V_{j+1} is issued after P V_j and lands during Q K_{j+1}^T (cp.async, one buffer each).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "common/problem.h"
+#include "kernels/common/quad_reduce.cuh"
+#include "kernels/fa2/fa2_shapes.h"
+#include "kernels/sm80/common/fragment_mask.cuh"
+#include "kernels/sm80/common/smem_tile.cuh"
+
+namespace hfa::fa2 {
+
+using namespace hfa::sm80;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// KV tiles that query rows [q0, q0 + block_m) see: all of them, or with causal only those up to
+// the diagonal (block skipping: tiles wholly in the future are never loaded).
+__device__ __forceinline__ int forward_kv_tiles(const FwdProblem& p, int q0, int block_m,
+                                                int block_n) {
+  int n = ceil_div(p.seqlen_k, block_n);
+  if (p.causal) {
+    const int last_key = q0 + block_m - 1 + p.causal_offset();  // seen by the tile's last row
+    n = min(n, last_key < 0 ? 0 : last_key / block_n + 1);
+  }
+  return n;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(FwdShape<D>::kThreads) fa2_forward_kernel(FwdProblem p) {
+  using Shape = FwdShape<D>;
+  constexpr int kMT = Shape::kMTiles, kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN;
+  constexpr int kThreads = Shape::kThreads;
+  constexpr int kSTiles = kBlockN / 8, kOTiles = D / 8;  // n8 tiles of S and of O per row tile
+  using TileQ = SwizzledTile<kBlockM, D>;
+  using TileKV = SwizzledTile<kBlockN, D>;
+
+  extern __shared__ uint4 smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sK = sQ + TileQ::kElems;
+  T* sV = sK + TileKV::kElems;
+
+  const int q0 = blockIdx.x * kBlockM, h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / p.group_size();
+  const int warp_m0 = (threadIdx.x / 32) * 16 * kMT;  // this warp's first row in the tile
+  const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
+  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride;
+  const int n_tiles = forward_kv_tiles(p, q0, kBlockM, kBlockN);
+
+  // Groups in flight: {Q, K_0}, {V_0}; then {K_j+1} and {V_j+1} alternate.
+  load_rows_async<TileQ, kThreads>(sQ, q, p.q_row_stride, q0, p.seqlen_q);
+  if (n_tiles > 0) load_rows_async<TileKV, kThreads>(sK, k, p.k_row_stride, 0, p.seqlen_k);
+  cp_async_commit();
+  if (n_tiles > 0) load_rows_async<TileKV, kThreads>(sV, v, p.v_row_stride, 0, p.seqlen_k);
+  cp_async_commit();
+
+  const float scale_log2 = p.softmax_scale * kLog2e;  // softmax in base 2 (exp2 is one MUFU op)
+  float o[kMT][kOTiles][4];
+  zero(o);
+  float row_max[kMT][2], row_sum[kMT][2];  // rows g and g + 8 of each row tile; sums per lane
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) row_max[mt][r] = -INFINITY, row_sum[mt][r] = 0.f;
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const int k0 = j * kBlockN;
+    cp_async_wait<1>();  // Q and K_j have landed (V_j may still be in flight)
+    __syncthreads();
+    float s[kMT][kSTiles][4];
+    zero(s);
+    warp_gemm<T, kMT, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
+        s, sQ, warp_m0, sK, 0);
+    __syncthreads();  // every warp is done with K_j
+    if (j + 1 < n_tiles)
+      load_rows_async<TileKV, kThreads>(sK, k, p.k_row_stride, k0 + kBlockN, p.seqlen_k);
+    cp_async_commit();
+
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[mt][nt][i] *= scale_log2;
+    if (block_needs_mask(q0, k0, kBlockN, p.seqlen_k, p.causal, p.causal_offset()))
+      apply_mask(s, q0 + warp_m0, k0, p.seqlen_k, p.causal, p.causal_offset());
+
+    // Online softmax, per row: new max, rescale what was accumulated, P = exp2(S - max).
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = row_max[mt][r];
+#pragma unroll
+        for (int nt = 0; nt < kSTiles; ++nt)
+          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+        mx = quad_max(mx);
+        // A row with no visible key so far keeps max -inf: subtract 0 so exp2 gives 0, not NaN.
+        const float base = mx == -INFINITY ? 0.f : mx;
+        const float correction = exp2f(row_max[mt][r] - base);
+        row_max[mt][r] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            s[mt][nt][2 * r + c] = exp2f(s[mt][nt][2 * r + c] - base);
+            sum += s[mt][nt][2 * r + c];
+          }
+        row_sum[mt][r] = row_sum[mt][r] * correction + sum;  // the quad's sum is taken at the end
+#pragma unroll
+        for (int nt = 0; nt < kOTiles; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) o[mt][nt][2 * r + c] *= correction;
+      }
+
+    cp_async_wait<1>();  // V_j has landed (K_j+1 may still be in flight)
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kSTiles / 2; ++kk) {  // k16 steps over the tile's keys
+      uint32_t a[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) c_pair_to_a<T>(s[mt][2 * kk], s[mt][2 * kk + 1], a[mt]);
+#pragma unroll
+      for (int np = 0; np < kOTiles / 2; ++np) {
+        uint32_t bv[2][2];
+        load_b_pair_trans<TileKV>(bv, sV, 16 * np, 16 * kk);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_16816<T>(o[mt][2 * np], a[mt], bv[0]);
+          mma_16816<T>(o[mt][2 * np + 1], a[mt], bv[1]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with V_j
+    if (j + 1 < n_tiles)
+      load_rows_async<TileKV, kThreads>(sV, v, p.v_row_stride, k0 + kBlockN, p.seqlen_k);
+    cp_async_commit();
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: O /= l, LSE = ln(l) + max (natural log); rows that saw no key get O = 0, LSE = -inf.
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float l = quad_sum(row_sum[mt][r]);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kOTiles; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) o[mt][nt][2 * r + c] *= inv;
+      const int row = q0 + warp_m0 + 16 * mt + lane / 4 + 8 * r;
+      if (p.lse && lane % 4 == 0 && row < p.seqlen_q)
+        p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride] =
+            l > 0.f ? (row_max[mt][r] + log2f(l)) * kLn2 : -INFINITY;
+    }
+  __syncthreads();  // sQ is free: stage O there for 16-byte stores
+  store_c<TileQ>(sQ, o, warp_m0, 0);
+  __syncthreads();
+  T* out = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
+  store_rows<TileQ, kThreads>(out, p.o_row_stride, sQ, q0, p.seqlen_q);
+}
+
+// Host side: launch for one (dtype, head_dim); instantiated in fa2_hdim<D>.cu.
+template <typename T, int D>
+cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
+  using Shape = FwdShape<D>;
+  cudaError_t err = cudaFuncSetAttribute(fa2_forward_kernel<T, D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(Shape::kSmemBytes));
+  if (err != cudaSuccess) return err;
+  const dim3 grid(ceil_div(p.seqlen_q, Shape::kBlockM), p.heads_q, p.batch);
+  fa2_forward_kernel<T, D><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace hfa::fa2
