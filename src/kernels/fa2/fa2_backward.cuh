@@ -53,6 +53,17 @@ __global__ void __launch_bounds__(32 * kRowDotWarps) fa2_row_dot_kernel(BwdProbl
 
 // ---- 2. The main kernel --------------------------------------------------------------------------
 
+// dst[0..1] += (a, b) in fp32 atomics: one 8-byte atomic on sm90 (half the L2 atomic operations),
+// two 4-byte ones before. dst must be 8-byte aligned.
+__device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
+#else
+  atomicAdd(dst, a);
+  atomicAdd(dst + 1, b);
+#endif
+}
+
 // First Q block that sees any key of the KV block starting at k0 (causal block skipping).
 __device__ __forceinline__ int backward_first_q_block(const FwdProblem& p, int k0, int block_m) {
   if (!p.causal) return 0;
@@ -66,13 +77,16 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
   using Shape = BwdShape<D>;
   constexpr int kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN, kStages = Shape::kStages;
   constexpr int kThreads = Shape::kThreads;
-  constexpr int kSTiles = kBlockN / 8 / Shape::kColGroups;  // n8 tiles of S per warp
-  constexpr int kDTiles = D / 8 / Shape::kColGroups;        // n8 tiles of dK, dV, dQ per warp
-  constexpr int kDqChunkTiles = kDTiles < 8 ? kDTiles : 8;
-  using TileQ = SwizzledTile<kBlockM, D>;  // Q_i, dO_i (and dK, dV staged for the store)
-  using TileKV = SwizzledTile<kBlockN, D>;
+  // n8 tiles per warp: of S and dP (computed kSPassTiles at a time, so that S and dP of one pass
+  // plus dK and dV fit in 255 registers), of dK and dV, and of dQ (added 64 columns at a time).
+  constexpr int kSTiles = kBlockN / 8 / Shape::kSColParts;
+  constexpr int kSPassTiles = kSTiles < 4 ? kSTiles : 4;
+  constexpr int kKVTiles = D / 8 / Shape::kKVColParts;
+  constexpr int kDqTiles = D / 8 / Shape::kSColParts;
+  constexpr int kDqChunkTiles = kDqTiles < 8 ? kDqTiles : 8;
+  using TileQ = SwizzledTile<kBlockM, D>;        // Q_i, dO_i
+  using TileKV = SwizzledTile<kBlockN, D>;       // K_j, V_j (and dK, dV staged for the store)
   using TileP = SwizzledTile<kBlockM, kBlockN>;  // P and dS, [query][key]
-  static_assert(TileQ::kElems == TileKV::kElems, "dK/dV are staged in the Q/dO buffers");
 
   extern __shared__ uint4 smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
@@ -84,10 +98,12 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
 
   const int k0 = blockIdx.x * kBlockN, hk = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wr = warp % Shape::kRowGroups, wc = warp / Shape::kRowGroups;
-  const int row_w = 16 * wr;            // this warp's 16 rows in every GEMM
-  const int s_col_w = wc * kBlockN / 2;  // its key columns of S, dP
-  const int d_col_w = wc * D / 2;        // its head_dim columns of dK, dV, dQ
+  // This warp's slices (fa2_shapes.h): rows and first columns of S/dP/dQ, and of dK/dV.
+  const int row_w = 16 * (warp % Shape::kSRowSlices);
+  const int s_col_w = (warp / Shape::kSRowSlices) * 8 * kSTiles;
+  const int dq_col_w = (warp / Shape::kSRowSlices) * 8 * kDqTiles;
+  const int kv_row_w = 16 * (warp % Shape::kKVRowSlices);
+  const int kv_col_w = (warp / Shape::kKVRowSlices) * 8 * kKVTiles;
   const int group = p.group_size();
 
   const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride;
@@ -110,7 +126,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
   cp_async_commit();
 
   const float scale_log2 = p.softmax_scale * kLog2e;
-  float dk[1][kDTiles][4], dv[1][kDTiles][4];
+  float dk[1][kKVTiles][4], dv[1][kKVTiles][4];
   zero(dk);
   zero(dv);
 
@@ -143,43 +159,47 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
       }
     }
 
-    float s[1][kSTiles][4], dp[1][kSTiles][4];
-    zero(s);
-    zero(dp);
-    warp_gemm<T, 1, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
-        s, sQi, row_w, sK, s_col_w);
-    warp_gemm<T, 1, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
-        dp, sdOi, row_w, sV, s_col_w);
+    const bool needs_mask = block_needs_mask(q0, k0, kBlockN, p.seqlen_k, p.causal, p.causal_offset());
 #pragma unroll
-    for (int nt = 0; nt < kSTiles; ++nt)
+    for (int pass = 0; pass < kSTiles / kSPassTiles; ++pass) {
+      const int col0 = s_col_w + pass * 8 * kSPassTiles;
+      float s[1][kSPassTiles][4], dp[1][kSPassTiles][4];
+      zero(s);
+      zero(dp);
+      warp_gemm<T, 1, kSPassTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
+          s, sQi, row_w, sK, col0);
+      warp_gemm<T, 1, kSPassTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
+          dp, sdOi, row_w, sV, col0);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) s[0][nt][i] *= scale_log2;
-    if (block_needs_mask(q0, k0, kBlockN, p.seqlen_k, p.causal, p.causal_offset()))
-      apply_mask(s, q0 + row_w, k0 + s_col_w, p.seqlen_k, p.causal, p.causal_offset());
+      for (int nt = 0; nt < kSPassTiles; ++nt)
 #pragma unroll
-    for (int nt = 0; nt < kSTiles; ++nt)
+        for (int i = 0; i < 4; ++i) s[0][nt][i] *= scale_log2;
+      if (needs_mask) apply_mask(s, q0 + row_w, k0 + col0, p.seqlen_k, p.causal, p.causal_offset());
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float prob = exp2f(s[0][nt][i] - lse_log2[i / 2]);
-        s[0][nt][i] = prob;                              // P
-        dp[0][nt][i] = prob * (dp[0][nt][i] - row_dot[i / 2]);  // dS (without the scale)
-      }
-    store_c<TileP>(sP, s, row_w, s_col_w);
-    store_c<TileP>(sdS, dp, row_w, s_col_w);
+      for (int nt = 0; nt < kSPassTiles; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float prob = exp2f(s[0][nt][i] - lse_log2[i / 2]);
+          s[0][nt][i] = prob;                                     // P
+          dp[0][nt][i] = prob * (dp[0][nt][i] - row_dot[i / 2]);  // dS (without the scale)
+        }
+      store_c<TileP>(sP, s, row_w, col0);
+      store_c<TileP>(sdS, dp, row_w, col0);
+    }
     __syncthreads();
 
     // dV_j += P^T dO_i and dK_j += dS^T Q_i: A is read transposed from the [query][key] tiles.
-    warp_gemm<T, 1, kDTiles, kBlockM, Stored::kTransposed, Stored::kTransposed, TileP, TileQ>(
-        dv, sP, row_w, sdOi, d_col_w);
-    warp_gemm<T, 1, kDTiles, kBlockM, Stored::kTransposed, Stored::kTransposed, TileP, TileQ>(
-        dk, sdS, row_w, sQi, d_col_w);
+    warp_gemm<T, 1, kKVTiles, kBlockM, Stored::kTransposed, Stored::kTransposed, TileP, TileQ>(
+        dv, sP, kv_row_w, sdOi, kv_col_w);
+    warp_gemm<T, 1, kKVTiles, kBlockM, Stored::kTransposed, Stored::kTransposed, TileP, TileQ>(
+        dk, sdS, kv_row_w, sQi, kv_col_w);
 
     // dQ_i += dS K_j, added into the fp32 workspace (other KV blocks add to the same rows); in
     // chunks of 64 columns so that d=256 does not need 64 more registers.
     float* dq_rows = bp.dq_accum + (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q * D;
 #pragma unroll
-    for (int chunk = 0; chunk < kDTiles / kDqChunkTiles; ++chunk) {
-      const int col0 = d_col_w + chunk * 8 * kDqChunkTiles;
+    for (int chunk = 0; chunk < kDqTiles / kDqChunkTiles; ++chunk) {
+      const int col0 = dq_col_w + chunk * 8 * kDqChunkTiles;
       float dq[1][kDqChunkTiles][4];
       zero(dq);
       warp_gemm<T, 1, kDqChunkTiles, kBlockN, Stored::kRowMajor, Stored::kTransposed, TileP, TileKV>(
@@ -190,10 +210,8 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
         if (row >= p.seqlen_q) continue;
 #pragma unroll
         for (int nt = 0; nt < kDqChunkTiles; ++nt)
-#pragma unroll
-          for (int c = 0; c < 2; ++c)
-            atomicAdd(dq_rows + static_cast<int64_t>(row) * D + col0 + 8 * nt + 2 * (lane % 4) + c,
-                      dq[0][nt][2 * r + c]);
+          atomic_add_pair(dq_rows + static_cast<int64_t>(row) * D + col0 + 8 * nt + 2 * (lane % 4),
+                          dq[0][nt][2 * r], dq[0][nt][2 * r + 1]);
       }
     }
     __syncthreads();  // sP, sdS and this stage's Q_i, dO_i are free
@@ -207,11 +225,11 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
 
   // Epilogue: dK = scale * dS^T Q; stage dK and dV in the Q/dO buffers for 16-byte stores.
 #pragma unroll
-  for (int nt = 0; nt < kDTiles; ++nt)
+  for (int nt = 0; nt < kKVTiles; ++nt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) dk[0][nt][i] *= p.softmax_scale;
-  store_c<TileKV>(sQ, dk, row_w, d_col_w);
-  store_c<TileKV>(sdO, dv, row_w, d_col_w);
+  store_c<TileKV>(sQ, dk, kv_row_w, kv_col_w);
+  store_c<TileKV>(sdO, dv, kv_row_w, kv_col_w);
   __syncthreads();
   T* dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + hk * bp.dk_head_stride;
   T* dv_out = static_cast<T*>(bp.dv) + b * bp.dv_batch_stride + hk * bp.dv_head_stride;

@@ -43,7 +43,8 @@ __device__ __forceinline__ int forward_kv_tiles(const FwdProblem& p, int q0, int
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(FwdShape<D>::kThreads) fa2_forward_kernel(FwdProblem p) {
+__global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocksPerSm)
+    fa2_forward_kernel(FwdProblem p) {
   using Shape = FwdShape<D>;
   constexpr int kMT = Shape::kMTiles, kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN;
   constexpr int kThreads = Shape::kThreads;

@@ -15,28 +15,40 @@ namespace hfa::fa2 {
 // spilled 200 bytes), and d=256 one row tile with 32-key tiles (O 128 + S 16).
 template <int D>
 struct FwdShape {
-  static constexpr int kWarps = D == 64 ? 4 : 8;
+  static constexpr int kWarps = D == 256 ? 8 : 4;
   static constexpr int kMTiles = D == 64 ? 2 : 1;  // 16-row MMA tiles per warp
   static constexpr int kBlockM = 16 * kMTiles * kWarps;
   static constexpr int kBlockN = D == 256 ? 32 : 64;
   static constexpr int kThreads = 32 * kWarps;
+  // CTAs per SM the register budget is set for: with several, one CTA's GEMMs run while another's
+  // warps are in the softmax or at a barrier (d=128 at 4 warps: 174 registers, two CTAs per SM).
+  static constexpr int kMinBlocksPerSm = D == 128 ? 2 : 1;
   static constexpr size_t kSmemBytes = size_t(kBlockM + 2 * kBlockN) * D * 2;
 };
 
 // Backward: one CTA per (KV block of kBlockN keys, KV head, batch), looping over the Q blocks of
-// kBlockM rows of every query head that shares the KV head. 8 warps as 4 row groups x 2 column
-// halves in every GEMM. Q and dO are double-buffered where shared memory allows.
+// kBlockM rows of every query head that shares the KV head; 8 warps. Each GEMM has its own warp
+// partition (16-row slices):
+//   S, dP (BlockM x BlockN):   4 row slices x 2 column halves
+//   dK, dV (BlockN x D):       BlockN / 16 row slices x (8 / that) column parts
+//   dQ (BlockM x D):           4 row slices x 2 column halves (added in 64-column chunks)
+// 128-key blocks (d <= 128) halve the dQ atomics per FLOP against 64-key blocks, as in FA2.
+// Q and dO are double-buffered where shared memory allows (<= 160 KB: fits sm80's 163 KB).
 template <int D>
 struct BwdShape {
   static constexpr int kWarps = 8;
-  static constexpr int kRowGroups = 4;
-  static constexpr int kColGroups = kWarps / kRowGroups;
-  static constexpr int kBlockM = 16 * kRowGroups;
-  static constexpr int kBlockN = 16 * kRowGroups;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kStages = D == 256 ? 1 : 2;  // d=256 double-buffered would not fit sm80
+  static constexpr int kBlockM = 64;
+  static constexpr int kBlockN = D == 256 ? 64 : 128;
+  static constexpr int kStages = D == 256 ? 1 : 2;
+  static constexpr int kSRowSlices = kBlockM / 16;             // S, dP, dQ
+  static constexpr int kSColParts = kWarps / kSRowSlices;
+  static constexpr int kKVRowSlices = kBlockN / 16;            // dK, dV
+  static constexpr int kKVColParts = kWarps / kKVRowSlices;
   static constexpr size_t kSmemBytes =
       size_t(2 * kBlockN * D + kStages * 2 * kBlockM * D + 2 * kBlockM * kBlockN) * 2;
+  // dK and dV are staged for their stores in the Q and dO buffers.
+  static_assert(kStages * kBlockM == kBlockN, "a (BlockN x D) tile fits in the Q/dO buffers");
 };
 
 }  // namespace hfa::fa2
