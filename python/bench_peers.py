@@ -6,8 +6,11 @@ causal in {0,1}) times, per configuration and interleaved so that clock drift hi
   - the hfa kernels named by --kernels (e.g. k1,k2,auto)
   - torch SDPA with the cuDNN backend ("cudnn") and with the FLASH backend ("torch_flash", FA2)
   - once per run, the cuBLAS bf16 GEMM 8192^3 ceiling ("cublas_gemm")
-Writes a table (each hfa kernel's TFLOPS and its ratio to cudnn), JSON in the DESIGN.md schema,
-and PNG plots (TFLOPS vs seqlen, one line per implementation, one panel per (d, causal)).
+Writes a table (each hfa kernel's TFLOPS and its ratios to cudnn and torch_flash), JSON in the
+DESIGN.md schema, and PNG plots (TFLOPS vs seqlen, one line per implementation, one panel per
+(d, causal)). With --bwd the same for the backward pass: every implementation's gradients of
+q, k, v through torch.autograd.grad after an untimed forward (hfa's forward kernel is --kernels,
+its backward the library's "auto" backward kernel); TFLOPS = 2.5 x the forward's FLOPs.
 
 Timing: CUDA events around each call, L2 flushed before each, the GPU kept busy for ~1 ms before
 the start event so host launch overhead is not timed, median of --iters after --warmup;
@@ -82,7 +85,8 @@ def attention_flops(c):
 
 
 def row(impl, c, dtype, ms, iters, error=None, kind="fwd"):
-    tflops = attention_flops(c) / (ms * 1e-3) / 1e12 if ms else None
+    flops = attention_flops(c) * (2.5 if kind == "bwd" else 1.0)
+    tflops = flops / (ms * 1e-3) / 1e12 if ms else None
     r = dict(impl=impl, kind=kind, dtype=dtype, d=c["d"], causal=c["causal"], seqlen_q=c["s"],
              seqlen_k=c["s"], batch=c["batch"], heads_q=c["heads"], heads_kv=c["heads"],
              ms=ms, tflops=tflops, gbps=None, check=None, iters=iters)
@@ -91,25 +95,33 @@ def row(impl, c, dtype, ms, iters, error=None, kind="fwd"):
     return r
 
 
-def bench_config(c, impls, dtype, timer):
+def bench_config(c, impls, dtype, timer, backward=False):
     tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     shape = (c["batch"], c["s"], c["heads"], c["d"])
-    q, k, v = (torch.randn(shape, device="cuda", dtype=tdtype) for _ in range(3))
+    q, k, v = (torch.randn(shape, device="cuda", dtype=tdtype, requires_grad=backward) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA's (b, h, s, d) view of BSHD
+    dout = torch.randn(shape, device="cuda", dtype=tdtype) if backward else None
+    kind = "bwd" if backward else "fwd"
     rows = []
     for impl in impls:
         if impl in PEERS:
-            def fn(impl=impl):
+            def fwd(impl=impl):
                 with sdpa_kernel(PEERS[impl]):
-                    F.scaled_dot_product_attention(qt, kt, vt, is_causal=c["causal"])
+                    return F.scaled_dot_product_attention(qt, kt, vt, is_causal=c["causal"]).transpose(1, 2)
         else:
-            def fn(impl=impl):
-                hfa.attention(q, k, v, causal=c["causal"], kernel=impl)
+            def fwd(impl=impl):
+                return hfa.attention(q, k, v, causal=c["causal"], kernel=impl)
         try:
-            ms, iters = timer.median_ms(fn)
-            rows.append(row(impl, c, dtype, ms, iters))
-        except (RuntimeError, ValueError) as e:  # a backend that cannot run this configuration
-            rows.append(row(impl, c, dtype, None, 0, error=str(e).splitlines()[0][:300]))
+            if backward:
+                out = fwd()  # untimed; its graph is kept for every timed backward
+                ms, iters = timer.median_ms(
+                    lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+                del out
+            else:
+                ms, iters = timer.median_ms(fwd)
+            rows.append(row(impl, c, dtype, ms, iters, kind=kind))
+        except (RuntimeError, ValueError, NotImplementedError) as e:  # cannot run this configuration
+            rows.append(row(impl, c, dtype, None, 0, error=str(e).splitlines()[0][:300], kind=kind))
     return rows
 
 
@@ -122,45 +134,47 @@ def gemm_row(timer):
                 tflops=2.0 * n ** 3 / (ms * 1e-3) / 1e12, gbps=None, check=None, iters=iters)
 
 
-def print_table(rows, kernels):
+def print_table(rows, kernels, kind="fwd"):
     gemm = next((r for r in rows if r["impl"] == "cublas_gemm"), None)
     if gemm:
         print(f"cublas_gemm bf16 8192^3: {gemm['tflops']:.1f} TFLOPS")
     impls = [i for i in dict.fromkeys(r["impl"] for r in rows) if i != "cublas_gemm"]
     head = f"{'d':>4} {'causal':>6} {'seqlen':>6} " + " ".join(f"{i:>11}" for i in impls)
-    head += "".join(f" {k + '/cudnn':>12}" for k in kernels)
+    bases = [b for b in PEERS if b in impls]
+    head += "".join(f" {k + '/' + b:>18}" for k in kernels for b in bases)
+    print(f"{kind}:")
     print(head)
     by_cfg = {}
     for r in rows:
-        if r["kind"] == "fwd":
+        if r["kind"] == kind:
             by_cfg.setdefault((r["d"], r["causal"], r["seqlen_q"]), {})[r["impl"]] = r
-    ratios = {k: [] for k in kernels}
+    ratios = {(k, b): [] for k in kernels for b in bases}
     for (d, causal, s), by_impl in by_cfg.items():
         line = f"{d:>4} {int(causal):>6} {s:>6} "
         line += " ".join(f"{by_impl[i]['tflops']:>11.2f}" if by_impl.get(i, {}).get("tflops")
                          else f"{'-':>11}" for i in impls)
-        base = by_impl.get("cudnn", {}).get("tflops")
         for k in kernels:
-            t = by_impl.get(k, {}).get("tflops")
-            if t and base:
-                ratios[k].append(t / base)
-                line += f" {t / base:>12.3f}"
-            else:
-                line += f" {'-':>12}"
+            for b in bases:
+                t, base = by_impl.get(k, {}).get("tflops"), by_impl.get(b, {}).get("tflops")
+                if t and base:
+                    ratios[(k, b)].append(t / base)
+                    line += f" {t / base:>18.3f}"
+                else:
+                    line += f" {'-':>18}"
         print(line)
-    for k, rs in ratios.items():
+    for (k, b), rs in ratios.items():
         if rs:
             geo = math.exp(sum(math.log(x) for x in rs) / len(rs))
-            print(f"{k}: geometric mean {geo:.3f}x cudnn over {len(rs)} configurations, "
-                  f"min {min(rs):.3f}x")
+            print(f"{k} {kind}: geometric mean {geo:.3f}x {b} over {len(rs)} configurations, "
+                  f"min {min(rs):.3f}x, max {max(rs):.3f}x")
 
 
-def plot(rows, path):
+def plot(rows, path, kind="fwd"):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fwd = [r for r in rows if r["kind"] == "fwd" and r["tflops"]]
+    fwd = [r for r in rows if r["kind"] == kind and r["tflops"]]
     dims = sorted({r["d"] for r in fwd})
     gemm = next((r["tflops"] for r in rows if r["impl"] == "cublas_gemm"), None)
     fig, axes = plt.subplots(len(dims), 2, figsize=(11, 3.6 * len(dims)), squeeze=False)
@@ -176,7 +190,7 @@ def plot(rows, path):
                 ax.axhline(gemm, color="gray", linestyle="--", label="cublas_gemm")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            ax.set_title(f"forward, d={d}, causal={int(causal)}")
+            ax.set_title(f"{'backward' if kind == 'bwd' else 'forward'}, d={d}, causal={int(causal)}")
             ax.set_xlabel("seqlen (batch = 16384 / seqlen)")
             ax.set_ylabel("TFLOPS")
             ax.grid(True, which="both", alpha=0.3)
@@ -197,12 +211,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--max-seconds", type=float, default=20.0,
                     help="time budget per (configuration, implementation); slower ones get fewer iterations (at least 5)")
-    ap.add_argument("--bwd", action="store_true", help="backward pass (hfa has no backward yet)")
+    ap.add_argument("--bwd", action="store_true",
+                    help="time the backward pass (gradients of q, k, v) instead of the forward")
     ap.add_argument("--json", help="write rows in the DESIGN.md schema")
     ap.add_argument("--plot", help="write a PNG")
     args = ap.parse_args()
-    if args.bwd:
-        sys.exit("bench_peers: --bwd: hfa has no backward pass yet (issue 6); nothing to compare")
 
     kernels = [k for k in args.kernels.split(",") if k]
     peers = [p for p in args.peers.split(",") if p]
@@ -223,13 +236,14 @@ def main():
                          [int(x) for x in args.seqlens.split(",")]))
     attn_impls = kernels + [p for p in peers if p in PEERS]
     for n, c in enumerate(configs, 1):
-        new = bench_config(c, attn_impls, args.dtype, timer)
+        new = bench_config(c, attn_impls, args.dtype, timer, backward=args.bwd)
         rows += new
         done = "  ".join(f"{r['impl']} {r['tflops']:.1f}" if r["tflops"] else f"{r['impl']} -" for r in new)
         print(f"[{n}/{len(configs)}] d={c['d']} causal={int(c['causal'])} s={c['s']}: {done}",
               file=sys.stderr, flush=True)
 
-    print_table(rows, kernels)
+    kind = "bwd" if args.bwd else "fwd"
+    print_table(rows, kernels, kind)
     if args.json:
         commit = os.environ.get("HFA_COMMIT") or subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
@@ -241,7 +255,7 @@ def main():
             json.dump(doc, f, indent=1)
         print(f"bench_peers: wrote {args.json}", file=sys.stderr)
     if args.plot:
-        plot(rows, args.plot)
+        plot(rows, args.plot, kind)
         print(f"bench_peers: wrote {args.plot}", file=sys.stderr)
 
 

@@ -5,14 +5,17 @@
 #   3. the seeds' sweep with --check for each kernel in $SWEEP_KERNELS, JSON under $OUT
 #   4. the torch binding: pip install (one command), its pytest suite
 #   5. python/bench_peers.py: $PEER_KERNELS next to cuDNN, torch's FA2 and the cuBLAS GEMM
+#      (step "peers"), and the backward of $PEER_BWD_KERNELS next to theirs (step "peers-bwd")
 # Logs go to $OUT (default ./gpu-check-out) as few files (the device tool returns at most 8):
-# summary.txt, steps.log, tables.txt, sweep-<kernel>.json, peers.json, peers.png.
+# summary.txt, steps.log, tables.txt, sweep-<kernel>.json, peers.json, peers.png, peers-bwd.json.
 # Builds first unless $HFA_BUILD_DIR already holds working binaries (carried builds).
 #
 # Environment: OUT, HFA_BUILD_DIR (default build), HFA_COMMIT (recorded in the JSON),
-#   STEPS (default "sass tests sanitize sweep python peers"), SANITIZE_KERNELS (default: all),
+#   STEPS (default "sass tests sanitize sweep python peers"; also "peers-bwd"),
+#   SANITIZE_KERNELS (default: all; kernels in $BWD_KERNELS are sanitized with --bwd too),
 #   PEER_KERNELS (default "k2,k1"), PEER_ARGS (extra bench_peers.py args),
-#   SWEEP_KERNELS (default "k2 k1"), SWEEP_ARGS_<kernel> (extra hfa-bench args for that kernel's sweep).
+#   SWEEP_KERNELS (default "k2 k1"), SWEEP_ARGS_<kernel> (extra hfa-bench args for that kernel's sweep),
+#   BWD_KERNELS (default "fa2": backward kernels, swept with --bwd too), PEER_BWD_KERNELS (default "fa2").
 # k1 is timed with 5 iterations: it takes seconds per call at s=16k (materialized S), and 35
 # calls x 36 configurations would not fit a 10-minute device call.
 set -uo pipefail
@@ -66,13 +69,18 @@ fi
 if [[ " $steps " == *" sanitize "* ]]; then
   # Small shapes that still cover ragged tiles, seqlen_q != seqlen_k, GQA and causal.
   for tool in memcheck racecheck synccheck; do
-    for kernel in ${SANITIZE_KERNELS:-k1 k2 k3_1 k3_2 k3_3 k4_qk k4 k5 k6 k6_no_pingpong k6_no_overlap}; do
+    for kernel in ${SANITIZE_KERNELS:-k1 k2 fa2 k3_1 k3_2 k3_3 k4_qk k4 k5 k6 k6_no_pingpong k6_no_overlap}; do
+      passes=("")
+      [[ " ${BWD_KERNELS:-fa2} " == *" $kernel "* ]] && passes+=("--bwd")
       for d in 64 256; do
         # 5 stages of d = 256 tiles do not fit shared memory: k3_3 has no d = 256 (it says so).
         [ "$kernel" = k3_3 ] && [ "$d" = 256 ] && d=128
-        step "sanitize-$tool-$kernel-d$d" compute-sanitizer --tool "$tool" --error-exitcode 3 \
-          "$bench" "$kernel" --seqlen 130 --seqlen-k 200 --headdim "$d" --batch 1 --heads 4 \
-          --heads-kv 2 --causal --check --iters 1 --warmup 0
+        for pass in "${passes[@]}"; do
+          # shellcheck disable=SC2086
+          step "sanitize-$tool-$kernel-d$d$pass" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+            "$bench" "$kernel" $pass --seqlen 130 --seqlen-k 200 --headdim "$d" --batch 1 --heads 4 \
+            --heads-kv 2 --causal --check --iters 1 --warmup 0
+        done
       done
       # Persistent kernels: more tiles than SMs, so each CTA reuses its Q buffer and K/V ring
       # across tiles of different lengths (5 x 80 = 400 tiles).
@@ -91,6 +99,10 @@ if [[ " $steps " == *" sweep "* ]]; then
     args_var="SWEEP_ARGS_$kernel"
     step "sweep-$kernel" bash -c "set -o pipefail; '$bench' $kernel --sweep --check ${!args_var:-} \
       --json '$out/sweep-$kernel.json' | tee -a '$out/tables.txt'"
+    if [[ " ${BWD_KERNELS:-fa2} " == *" $kernel "* ]]; then
+      step "sweep-bwd-$kernel" bash -c "set -o pipefail; '$bench' $kernel --bwd --sweep --check \
+        --iters 10 --json '$out/sweep-bwd-$kernel.json' | tee -a '$out/tables.txt'"
+    fi
   done
 fi
 
@@ -107,6 +119,13 @@ if [[ " $steps " == *" peers "* ]]; then
   step peers bash -c "set -o pipefail; cd /tmp && PYTHONUNBUFFERED=1 python3 '$root/python/bench_peers.py' \
     --kernels '${PEER_KERNELS:-k2,k1}' ${PEER_ARGS:-} --json '$out/peers.json' \
     --plot '$out/peers.png' | tee -a '$out/tables.txt'"
+fi
+
+if [[ " $steps " == *" peers-bwd "* ]]; then
+  # shellcheck disable=SC2086
+  step peers-bwd bash -c "set -o pipefail; cd /tmp && PYTHONUNBUFFERED=1 python3 '$root/python/bench_peers.py' \
+    --bwd --kernels '${PEER_BWD_KERNELS:-fa2}' --peers cudnn,torch_flash ${PEER_ARGS:-} \
+    --json '$out/peers-bwd.json' --plot '$out/peers-bwd.png' | tee -a '$out/tables.txt'"
 fi
 
 echo

@@ -26,18 +26,29 @@ def bottom_right_mask(sq, sk, device):
     return j <= i + (sk - sq)
 
 
+def visible_mask(sq, sk, causal, device):
+    """(mask, row_has_key): the bottom-right causal mask, except that rows with no visible key see
+    every key (so softmax and its gradient stay finite); their output is zeroed afterwards, which
+    also zeroes every gradient through them: hfa's definition (O = 0, no gradient)."""
+    if not causal:
+        return None, None
+    mask = bottom_right_mask(sq, sk, device)
+    row_has_key = mask.any(dim=1)
+    return mask | ~row_has_key[:, None], row_has_key
+
+
 def sdpa_math(q, k, v, causal, scale):
     """The reference: (batch, seqlen, heads, d) in and out, SDPA's math backend, bottom-right
     causal. Rows that see no key come back as 0 (SDPA gives NaN there), hfa's definition."""
     sq, sk, hq, hkv = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
-    mask = bottom_right_mask(sq, sk, q.device) if causal else None
+    mask, row_has_key = visible_mask(sq, sk, causal, q.device)
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     with sdpa_kernel(SDPBackend.MATH):
         o = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=scale,
                                            enable_gqa=hq != hkv)
     o = o.transpose(1, 2)
     if mask is not None:
-        o = o.masked_fill(~mask.any(dim=1)[None, :, None, None], 0.0)
+        o = o.masked_fill(~row_has_key[None, :, None, None], 0.0)
     return o
 
 
@@ -47,10 +58,14 @@ def straightforward(q, k, v, causal, scale):
     sq, sk, hq, hkv = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
     kr, vr = (x.repeat_interleave(hq // hkv, dim=2).transpose(1, 2) for x in (k, v))
     s = (q.transpose(1, 2) @ kr.transpose(-1, -2)).float() * scale
-    if causal:
-        s = s.masked_fill(~bottom_right_mask(sq, sk, q.device), float("-inf"))
-    p = torch.softmax(s, dim=-1).nan_to_num(0.0).to(q.dtype)
-    return (p @ vr).transpose(1, 2)
+    mask, row_has_key = visible_mask(sq, sk, causal, q.device)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    p = torch.softmax(s, dim=-1).to(q.dtype)
+    o = (p @ vr).transpose(1, 2)
+    if mask is not None:
+        o = o.masked_fill(~row_has_key[None, :, None, None], 0.0)
+    return o
 
 
 def reference_lse(q, k, causal, scale):
@@ -144,7 +159,7 @@ def test_errors_carry_the_library_message(mutate, message):
 
 def test_unknown_and_unsupported_kernel():
     q, k, v = _qkv()
-    with pytest.raises(ValueError, match='unknown kernel "k42"'):
+    with pytest.raises(ValueError, match='unknown forward kernel "k42"'):
         hfa.attention(q, k, v, kernel="k42")
     q, k, v = _qkv(q=(1, 64, 4, 96), k=(1, 64, 2, 96), v=(1, 64, 2, 96))
     with pytest.raises(ValueError, match='head_dim: 96 is not supported by kernel "k2"'):
@@ -172,3 +187,65 @@ def test_torch_compile_fullgraph_matches_eager():
 def test_opcheck():
     q, k, v = _qkv()
     torch.library.opcheck(torch.ops.hfa.attention_fwd.default, (q, k, v, True, None, "auto"))
+
+
+# ---- Backward: gradients against SDPA's math backend in fp32 ------------------------------------
+
+BWD_CASES = [
+    dict(b=2, sq=129, sk=129, hq=4, hkv=4, d=64, causal=False, dtype=torch.bfloat16),
+    dict(b=1, sq=300, sk=257, hq=6, hkv=2, d=128, causal=True, dtype=torch.bfloat16),
+    dict(b=1, sq=17, sk=300, hq=8, hkv=1, d=128, causal=True, dtype=torch.float16),
+    dict(b=2, sq=200, sk=70, hq=3, hkv=3, d=256, causal=True, dtype=torch.bfloat16),
+    dict(b=1, sq=1000, sk=1000, hq=4, hkv=2, d=64, causal=False, dtype=torch.float16),
+]
+
+
+def _grads(fn, q, k, v, dout):
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    fn(q, k, v).backward(dout)
+    return q.grad, k.grad, v.grad
+
+
+@pytest.mark.parametrize("case", BWD_CASES, ids=lambda c: "b{b}_sq{sq}_sk{sk}_h{hq}x{hkv}_d{d}_c{causal:d}_{dtype}".format(**c).replace("torch.", ""))
+def test_backward_matches_sdpa_math(case):
+    torch.manual_seed(hash(str(case)) % 2**31)
+    b, sq, sk, hq, hkv, d = (case[x] for x in ("b", "sq", "sk", "hq", "hkv", "d"))
+    dt, causal, scale = case["dtype"], case["causal"], 1 / math.sqrt(case["d"])
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt)
+    k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dt)
+    v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dt)
+    dout = torch.randn(b, sq, hq, d, device="cuda", dtype=dt)
+    got = _grads(lambda q, k, v: hfa.attention(q, k, v, causal=causal), q, k, v, dout)
+    ref = _grads(lambda q, k, v: sdpa_math(q, k, v, causal, scale),
+                 q.float(), k.float(), v.float(), dout.float())
+    base = _grads(lambda q, k, v: straightforward(q, k, v, causal, scale), q, k, v, dout)
+    for name, g, r, bs in zip(("dq", "dk", "dv"), got, ref, base):
+        assert g.dtype == dt and g.shape == r.shape and not g.isnan().any(), name
+        err = (g.float() - r).abs().max().item()
+        base_err = (bs.float() - r).abs().max().item()
+        assert err <= 2 * base_err + ATOL[dt], f"{name}: err {err:.3e} > 2 * {base_err:.3e} + atol"
+
+
+def test_backward_through_lse_is_an_error():
+    q, k, v = (x.requires_grad_() for x in _qkv())
+    out, lse = hfa.attention(q, k, v, return_lse=True)
+    with pytest.raises(NotImplementedError, match="lse"):
+        (out.float().sum() + lse.sum()).backward()
+
+
+def test_backward_expanded_dout_and_compile():
+    # out.sum().backward() hands an expanded (stride 0) dout; torch.compile traces the backward.
+    q, k, v = (x.requires_grad_() for x in _qkv())
+    hfa.attention(q, k, v, causal=True).sum().backward()
+    eager = [x.grad.clone() for x in (q, k, v)]
+    for x in (q, k, v):
+        x.grad = None
+    torch.compile(lambda q, k, v: hfa.attention(q, k, v, causal=True).sum(), fullgraph=True)(q, k, v).backward()
+    for e, x in zip(eager, (q, k, v)):
+        torch.testing.assert_close(x.grad, e, atol=2e-2, rtol=0)  # dq's fp32 atomics may reorder
+
+
+def test_opcheck_autograd():
+    q, k, v = (x.requires_grad_() for x in _qkv())
+    torch.library.opcheck(torch.ops.hfa.attention_fwd.default, (q, k, v, True, None, "auto"),
+                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))

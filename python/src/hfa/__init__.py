@@ -4,8 +4,9 @@
     out = hfa.attention(q, k, v, causal=True)          # q: (batch, seqlen, heads, head_dim)
 
 The op is registered with torch.library as ``hfa::attention_fwd`` (with a fake implementation),
-so ``torch.compile(fullgraph=True)`` traces it without graph breaks. Errors are the C++ library's
-validation messages, raised as ValueError.
+so ``torch.compile(fullgraph=True)`` traces it without graph breaks, and it is differentiable:
+its backward is ``hfa::attention_bwd`` (the library's backward kernel, "auto"). Errors are the
+C++ library's validation messages, raised as ValueError.
 """
 from typing import List, Optional, Tuple
 
@@ -39,6 +40,44 @@ def _(q, k, v, causal, softmax_scale, kernel):
     return out, lse
 
 
+@torch.library.custom_op("hfa::attention_bwd", mutates_args=())
+def _attention_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                   dout: torch.Tensor, lse: torch.Tensor, causal: bool,
+                   softmax_scale: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    # Autograd hands dout in any layout (e.g. expanded, stride 0): the kernel needs head_dim
+    # contiguous and 16-byte strides, which a contiguous copy always has.
+    _C.backward(q, k, v, out, dout.contiguous(), lse, dq, dk, dv, causal, softmax_scale, "auto")
+    return dq, dk, dv
+
+
+@_attention_bwd.register_fake
+def _(q, k, v, out, dout, lse, causal, softmax_scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, softmax_scale, _kernel = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.causal, ctx.softmax_scale = causal, softmax_scale
+    ctx.set_materialize_grads(False)  # an unused lse gets no gradient tensor at all
+
+
+def _backward(ctx, dout, dlse):
+    if dlse is not None:
+        raise NotImplementedError("hfa.attention: gradients through the returned lse are not "
+                                  "supported; use lse only outside the differentiated graph")
+    q, k, v, out, lse = ctx.saved_tensors
+    if dout is None:
+        return None, None, None, None, None, None
+    dq, dk, dv = torch.ops.hfa.attention_bwd(q, k, v, out, dout, lse, ctx.causal, ctx.softmax_scale)
+    return dq, dk, dv, None, None, None
+
+
+_attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               softmax_scale: Optional[float] = None, kernel: str = "auto",
               return_lse: bool = False):
@@ -47,8 +86,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim); bf16 or
     fp16 CUDA tensors on one device, head_dim contiguous. heads_q must be a multiple of heads_kv
     (GQA/MQA). causal is aligned bottom-right when seqlen_q != seqlen_k. softmax_scale defaults to
-    1/sqrt(head_dim). kernel: a name from list_kernels(), or "auto". With return_lse, also returns
-    the fp32 log-sum-exp of each row, shape (batch, heads_q, seqlen_q).
+    1/sqrt(head_dim). kernel: a name from list_kernels(), or "auto" (the forward only; the
+    backward always runs the library's "auto" backward kernel). With return_lse, also returns
+    the fp32 log-sum-exp of each row, shape (batch, heads_q, seqlen_q) (not differentiable).
+
+    Differentiable with respect to q, k and v.
     """
     out, lse = torch.ops.hfa.attention_fwd(q, k, v, causal, softmax_scale, kernel)
     return (out, lse) if return_lse else out

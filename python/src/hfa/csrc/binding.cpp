@@ -71,6 +71,31 @@ void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::
   throw_if_error(hfa::forward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
 }
 
+// Writes dq, dk, dv in place; the Python custom op allocates them.
+void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+              const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk,
+              at::Tensor& dv, bool causal, std::optional<double> softmax_scale,
+              const std::string& kernel) {
+  if (!q.is_cuda())
+    throw std::invalid_argument("q: tensor is on " + q.device().str() + "; hfa needs CUDA tensors");
+  const at::Device device = q.device();
+  const c10::cuda::CUDAGuard guard(device);
+  hfa::BackwardArgs args;
+  args.q = to_view(q, "q", device);
+  args.k = to_view(k, "k", device);
+  args.v = to_view(v, "v", device);
+  args.out = to_view(out, "out", device);
+  args.dout = to_view(dout, "dout", device);
+  args.lse = to_view(lse, "lse", device);
+  args.dq = to_view(dq, "dq", device);
+  args.dk = to_view(dk, "dk", device);
+  args.dv = to_view(dv, "dv", device);
+  args.causal = causal;
+  if (softmax_scale) args.softmax_scale = static_cast<float>(*softmax_scale);
+  args.kernel = kernel;
+  throw_if_error(hfa::backward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
+}
+
 std::string select_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                           at::Tensor& out, bool causal) {
   const c10::cuda::CUDAGuard guard(q.device());
@@ -102,6 +127,7 @@ pybind11::list list_kernels() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "hfa: exact attention for NVIDIA GPUs (the C++ library's thin torch binding)";
   m.def("forward", &forward, "attention forward into preallocated out (and lse)");
+  m.def("backward", &backward, "attention backward into preallocated dq, dk, dv");
   m.def("select_kernel", &select_kernel, "the kernel 'auto' runs for these arguments");
   m.def("list_kernels", &list_kernels, "every kernel of the library");
 }
