@@ -7,8 +7,8 @@
 //   mask, running max m, P = exp2(S - m), rescale O          -> registers
 //   O += P V_j (P straight from the S registers as the A operand, V_j with ldmatrix.trans)
 // The 1/l normalisation is deferred to the end (the paper's tweak 1), which also writes LSE.
-// Loads: K_{j+1} is issued once every warp has read K_j and lands during the softmax and P V_j;
-// V_{j+1} is issued after P V_j and lands during Q K_{j+1}^T (cp.async, one buffer each).
+// Loads: K and V have two buffers each; tile j+1 is issued (cp.async) right after the one barrier
+// of iteration j and lands while tile j computes.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
 
   extern __shared__ uint4 smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
-  T* sK = sQ + TileQ::kElems;
-  T* sV = sK + TileKV::kElems;
+  T* sK = sQ + TileQ::kElems;       // 2 buffers
+  T* sV = sK + 2 * TileKV::kElems;  // 2 buffers
 
   const int q0 = blockIdx.x * kBlockM, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / p.group_size();
@@ -65,11 +65,13 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
   const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride;
   const int n_tiles = forward_kv_tiles(p, q0, kBlockM, kBlockN);
 
-  // Groups in flight: {Q, K_0}, {V_0}; then {K_j+1} and {V_j+1} alternate.
+  auto load_kv = [&](int tile, int buffer) {
+    const int k0 = tile * kBlockN;
+    load_rows_async<TileKV, kThreads>(sK + buffer * TileKV::kElems, k, p.k_row_stride, k0, p.seqlen_k);
+    load_rows_async<TileKV, kThreads>(sV + buffer * TileKV::kElems, v, p.v_row_stride, k0, p.seqlen_k);
+  };
   load_rows_async<TileQ, kThreads>(sQ, q, p.q_row_stride, q0, p.seqlen_q);
-  if (n_tiles > 0) load_rows_async<TileKV, kThreads>(sK, k, p.k_row_stride, 0, p.seqlen_k);
-  cp_async_commit();
-  if (n_tiles > 0) load_rows_async<TileKV, kThreads>(sV, v, p.v_row_stride, 0, p.seqlen_k);
+  if (n_tiles > 0) load_kv(0, 0);
   cp_async_commit();
 
   const float scale_log2 = p.softmax_scale * kLog2e;  // softmax in base 2 (exp2 is one MUFU op)
@@ -83,16 +85,19 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
 
   for (int j = 0; j < n_tiles; ++j) {
     const int k0 = j * kBlockN;
-    cp_async_wait<1>();  // Q and K_j have landed (V_j may still be in flight)
+    const T* sKj = sK + (j % 2) * TileKV::kElems;
+    const T* sVj = sV + (j % 2) * TileKV::kElems;
+    cp_async_wait<0>();  // this thread's copies of tile j (and Q) have landed
+    // Everyone's copies of tile j are visible, and every warp is done with tile j - 1, whose
+    // buffers tile j + 1 now overwrites.
     __syncthreads();
+    if (j + 1 < n_tiles) load_kv(j + 1, (j + 1) % 2);
+    cp_async_commit();
+
     float s[kMT][kSTiles][4];
     zero(s);
     warp_gemm<T, kMT, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
-        s, sQ, warp_m0, sK, 0);
-    __syncthreads();  // every warp is done with K_j
-    if (j + 1 < n_tiles)
-      load_rows_async<TileKV, kThreads>(sK, k, p.k_row_stride, k0 + kBlockN, p.seqlen_k);
-    cp_async_commit();
+        s, sQ, warp_m0, sKj, 0);
 
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -132,8 +137,6 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
           for (int c = 0; c < 2; ++c) o[mt][nt][2 * r + c] *= correction;
       }
 
-    cp_async_wait<1>();  // V_j has landed (K_j+1 may still be in flight)
-    __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < kSTiles / 2; ++kk) {  // k16 steps over the tile's keys
       uint32_t a[kMT][4];
@@ -142,7 +145,7 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
 #pragma unroll
       for (int np = 0; np < kOTiles / 2; ++np) {
         uint32_t bv[2][2];
-        load_b_pair_trans<TileKV>(bv, sV, 16 * np, 16 * kk);
+        load_b_pair_trans<TileKV>(bv, sVj, 16 * np, 16 * kk);
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           mma_16816<T>(o[mt][2 * np], a[mt], bv[0]);
@@ -150,10 +153,6 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
         }
       }
     }
-    __syncthreads();  // every warp is done with V_j
-    if (j + 1 < n_tiles)
-      load_rows_async<TileKV, kThreads>(sV, v, p.v_row_stride, k0 + kBlockN, p.seqlen_k);
-    cp_async_commit();
   }
   cp_async_wait<0>();
 

@@ -8,8 +8,8 @@
 
 namespace hfa::fa2 {
 
-// Forward: BlockM = 16 * kMTiles * kWarps query rows per CTA, kBlockN keys per K/V tile; Q, K and
-// V each have one buffer (K_{j+1} loads during softmax and P V_j, V_{j+1} during Q K_{j+1}^T).
+// Forward: BlockM = 16 * kMTiles * kWarps query rows per CTA, kBlockN keys per K/V tile; Q has one
+// buffer, K and V two each (tile j+1 loads while tile j computes; one barrier per tile).
 // Register budget (255 per thread): O takes kMTiles * D / 2 fp32 registers and S kMTiles *
 // kBlockN / 2, so d=64 affords two row tiles per warp (O 64 + S 64), d=128 one (O 64 + S 32; two
 // spilled 200 bytes), and d=256 one row tile with 32-key tiles (O 128 + S 16).
@@ -23,7 +23,7 @@ struct FwdShape {
   // CTAs per SM the register budget is set for: with several, one CTA's GEMMs run while another's
   // warps are in the softmax or at a barrier (d=128 at 4 warps: 174 registers, two CTAs per SM).
   static constexpr int kMinBlocksPerSm = D == 128 ? 2 : 1;
-  static constexpr size_t kSmemBytes = size_t(kBlockM + 2 * kBlockN) * D * 2;
+  static constexpr size_t kSmemBytes = size_t(kBlockM + 4 * kBlockN) * D * 2;
 };
 
 // Backward: one CTA per (KV block of kBlockN keys, KV head, batch), looping over the Q blocks of
