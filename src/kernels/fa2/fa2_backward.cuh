@@ -132,14 +132,14 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
 
   for (int it = 0; it < n_iters; ++it) {
     const int stage = kStages == 2 ? it % 2 : 0;
+    cp_async_wait<0>();  // this thread's copies of block it have landed
+    // Everyone's copies are visible, and every warp is done with block it - 1: its P/dS tiles
+    // and (two stages) the Q/dO buffer that block it + 1 now loads into.
+    __syncthreads();
     if constexpr (kStages == 2) {
       if (it + 1 < n_iters) load_q_do(it + 1, (it + 1) % 2);
       cp_async_commit();
-      cp_async_wait<1>();  // block it has landed; block it + 1 may still be in flight
-    } else {
-      cp_async_wait<0>();
     }
-    __syncthreads();
     const T* sQi = sQ + stage * TileQ::kElems;
     const T* sdOi = sdO + stage * TileQ::kElems;
     const int h = hk * group + it / m_count, q0 = (m_begin + it % m_count) * kBlockM;
@@ -214,8 +214,8 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
                           dq[0][nt][2 * r], dq[0][nt][2 * r + 1]);
       }
     }
-    __syncthreads();  // sP, sdS and this stage's Q_i, dO_i are free
-    if constexpr (kStages == 1) {
+    if constexpr (kStages == 1) {  // the only Q/dO buffer is free once every warp is done
+      __syncthreads();
       if (it + 1 < n_iters) load_q_do(it + 1, 0);
       cp_async_commit();
     }
