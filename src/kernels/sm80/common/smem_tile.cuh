@@ -89,7 +89,7 @@ template <typename T, int MT, int NT, int K, Stored AStore, Stored BStore, class
 __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, int a_m0,
                                           const T* sB, int b_n0) {
   static_assert(NT % 2 == 0 && K % 16 == 0, "B is loaded in pairs of n8 tiles, k in steps of 16");
-#pragma unroll
+#pragma unroll 4  // fully unrolled, ptxas hoisted enough fragments to spill the d=128 backward on sm80
   for (int k0 = 0; k0 < K; k0 += 16) {
     uint32_t a[MT][4];
 #pragma unroll
