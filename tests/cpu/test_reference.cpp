@@ -166,6 +166,37 @@ TEST(Reference, LowPrecisionBaselineHasTheExpectedErrorSize) {
   }
 }
 
+TEST(Reference, LowPrecisionBackwardBaselineHasTheExpectedErrorSize) {
+  // The gradients' baseline: close to the fp64 gradients (within a few dtype steps of their
+  // magnitude) but not equal, and computed for every row of the group (none left unwritten).
+  Inputs in = random_inputs(make_shape(1, 48, 80, 4, 2, 64, true), 9);
+  std::mt19937_64 rng(10);
+  std::normal_distribution<double> n(0.0, 1.0);
+  std::vector<double> dout(in.q.size());
+  for (double& x : dout) x = n(rng);
+  for (Precision p : {Precision::kBF16, Precision::kFP16}) {
+    std::vector<double> rq(in.q.size(), NAN), rk(in.k.size(), NAN), rv(in.v.size(), NAN);
+    std::vector<double> bq = rq, bk = rk, bv = rv;
+    for (int hk = 0; hk < 2; ++hk) {
+      backward_group(in.s, in.q.data(), in.k.data(), in.v.data(), dout.data(), 0, hk, nullptr,
+                     rq.data(), rk.data(), rv.data(), 2);
+      backward_group(in.s, in.q.data(), in.k.data(), in.v.data(), dout.data(), 0, hk, &p,
+                     bq.data(), bk.data(), bv.data(), 2);
+    }
+    const double unit = p == Precision::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    for (auto [ref, base] : {std::pair{&rq, &bq}, {&rk, &bk}, {&rv, &bv}}) {
+      double max_err = 0, max_ref = 0;
+      for (size_t i = 0; i < ref->size(); ++i) {
+        ASSERT_FALSE(std::isnan((*ref)[i]) || std::isnan((*base)[i])) << "element " << i;
+        max_err = std::max(max_err, std::fabs((*ref)[i] - (*base)[i]));
+        max_ref = std::max(max_ref, std::fabs((*ref)[i]));
+      }
+      EXPECT_GT(max_err, 0.01 * unit * max_ref);
+      EXPECT_LT(max_err, 16 * unit * max_ref);
+    }
+  }
+}
+
 TEST(Reference, RoundToNearestEven) {
   EXPECT_EQ(round_to(Precision::kBF16, 1.0 + std::ldexp(1.0, -8)), 1.0);  // tie -> even
   EXPECT_EQ(round_to(Precision::kBF16, 1.0 + 3 * std::ldexp(1.0, -8)), 1.0 + std::ldexp(1.0, -6));

@@ -86,6 +86,46 @@ TEST_F(ErrorsTouchNothing, K1OutOfMemoryForHugeS) {
   expect_untouched(st, StatusCode::kOutOfMemory);
 }
 
+// The backward: a rejected call leaves dq, dk, dv as they were.
+class BackwardErrorsTouchNothing : public ErrorsTouchNothing {
+ protected:
+  void SetUp() override {
+    HFA_SKIP_WITHOUT_GPU();
+    c.backward = true;
+    ErrorsTouchNothing::SetUp();
+  }
+  void expect_gradients_untouched(const Status& st, StatusCode code) {
+    EXPECT_EQ(st.code, code) << st.message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (const auto* t : {&buf.dq, &buf.dk, &buf.dv})
+      EXPECT_TRUE(all_poisoned(download(*t))) << "a gradient was written by a failed call";
+  }
+};
+
+TEST_F(BackwardErrorsTouchNothing, InvalidArgument) {
+  BackwardArgs a = buf.backward_args();
+  a.dq.dtype = DType::kFP16;
+  expect_gradients_untouched(backward(a), StatusCode::kInvalidArgument);
+  a = buf.backward_args();
+  a.lse = TensorView{};
+  expect_gradients_untouched(backward(a), StatusCode::kInvalidArgument);
+}
+
+TEST_F(BackwardErrorsTouchNothing, Unsupported) {
+  BackwardArgs a = buf.backward_args();
+  a.dout.data = static_cast<char*>(a.dout.data) + 2;
+  expect_gradients_untouched(backward(a), StatusCode::kUnsupported);
+  a = buf.backward_args();
+  for (TensorView* t : {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv}) t->shape[3] = 40;
+  expect_gradients_untouched(backward(a), StatusCode::kUnsupported);
+}
+
+TEST_F(BackwardErrorsTouchNothing, UnknownKernel) {
+  BackwardArgs a = buf.backward_args();
+  a.kernel = "k6";  // forward only
+  expect_gradients_untouched(backward(a), StatusCode::kInvalidArgument);
+}
+
 TEST(EmptyProblems, BatchZeroOnGpuSucceeds) {
   HFA_SKIP_WITHOUT_GPU();
   for (const std::string& k : kernel_names()) {
