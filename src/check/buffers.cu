@@ -161,19 +161,20 @@ ForwardArgs DeviceBuffers::forward_args() const {
 }
 
 BackwardArgs DeviceBuffers::backward_args() const {
+  const ForwardArgs f = forward_args();
   BackwardArgs a;
-  a.q = q.view;
-  a.k = k.view;
-  a.v = v.view;
-  a.out = o.view;
-  a.lse = lse.view;
+  a.q = f.q;
+  a.k = f.k;
+  a.v = f.v;
+  a.out = f.out;
+  a.lse = f.lse;
+  a.causal = f.causal;
+  a.softmax_scale = f.softmax_scale;
+  a.kernel = f.kernel;
   a.dout = dout.view;
   a.dq = dq.view;
   a.dk = dk.view;
   a.dv = dv.view;
-  a.causal = config.causal;
-  a.softmax_scale = config.softmax_scale;
-  a.kernel = config.kernel;
   return a;
 }
 
