@@ -125,6 +125,25 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
   if (n_iters > 0) load_q_do(0, 0);
   cp_async_commit();
 
+  // LSE in base 2 and D of this lane's two rows (g and g + 8 of the warp's 16) in iteration it.
+  // Rows past the end and rows that saw no key get LSE = +inf: P = 0, no gradient flows.
+  auto load_row_stats = [&](int it, float (&lse_log2)[2], float (&row_dot)[2]) {
+    const int h = hk * group + it / m_count, q0 = (m_begin + it % m_count) * kBlockM;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = q0 + row_w + lane / 4 + 8 * r;
+      lse_log2[r] = INFINITY;
+      row_dot[r] = 0.f;
+      if (row < p.seqlen_q) {
+        const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
+        if (lse != -INFINITY) lse_log2[r] = lse * kLog2e;
+        row_dot[r] = bp.row_dot[(static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + row];
+      }
+    }
+  };
+  float next_lse_log2[2] = {INFINITY, INFINITY}, next_row_dot[2] = {0.f, 0.f};
+  if (n_iters > 0) load_row_stats(0, next_lse_log2, next_row_dot);
+
   const float scale_log2 = p.softmax_scale * kLog2e;
   float dk[1][kKVTiles][4], dv[1][kKVTiles][4];
   zero(dk);
@@ -144,20 +163,11 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
     const T* sdOi = sdO + stage * TileQ::kElems;
     const int h = hk * group + it / m_count, q0 = (m_begin + it % m_count) * kBlockM;
 
-    // This lane's two rows (g and g + 8 of the warp's 16): LSE in base 2 and D. Rows past the
-    // end and rows that saw no key get LSE = +inf, so their P is 0 and no gradient flows.
-    float lse_log2[2], row_dot[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = q0 + row_w + lane / 4 + 8 * r;
-      lse_log2[r] = INFINITY;
-      row_dot[r] = 0.f;
-      if (row < p.seqlen_q) {
-        const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
-        if (lse != -INFINITY) lse_log2[r] = lse * kLog2e;
-        row_dot[r] = bp.row_dot[(static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + row];
-      }
-    }
+    // This iteration's row statistics were loaded one iteration ago; load the next one's now, so
+    // the global-load latency hides behind this block's GEMMs.
+    const float lse_log2[2] = {next_lse_log2[0], next_lse_log2[1]};
+    const float row_dot[2] = {next_row_dot[0], next_row_dot[1]};
+    if (it + 1 < n_iters) load_row_stats(it + 1, next_lse_log2, next_row_dot);
 
     const bool needs_mask = block_needs_mask(q0, k0, kBlockN, p.seqlen_k, p.causal, p.causal_offset());
 #pragma unroll
@@ -166,10 +176,14 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
       float s[1][kSPassTiles][4], dp[1][kSPassTiles][4];
       zero(s);
       zero(dp);
-      warp_gemm<T, 1, kSPassTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
-          s, sQi, row_w, sK, col0);
-      warp_gemm<T, 1, kSPassTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
-          dp, sdOi, row_w, sV, col0);
+      // S = Q K^T and dP = dO V^T in one k loop: twice the independent MMA chains per step.
+#pragma unroll 4
+      for (int k = 0; k < D; k += 16) {
+        warp_gemm_step<T, 1, kSPassTiles, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
+            s, sQi, row_w, sK, col0, k);
+        warp_gemm_step<T, 1, kSPassTiles, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
+            dp, sdOi, row_w, sV, col0, k);
+      }
 #pragma unroll
       for (int nt = 0; nt < kSPassTiles; ++nt)
 #pragma unroll

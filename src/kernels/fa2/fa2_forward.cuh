@@ -109,6 +109,8 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
       apply_mask(s, q0 + warp_m0, k0, p.seqlen_k, p.causal, p.causal_offset());
 
     // Online softmax, per row: new max, rescale what was accumulated, P = exp2(S - max).
+    float correction[kMT][2];
+    bool max_moved = false;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -120,7 +122,8 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
         mx = quad_max(mx);
         // A row with no visible key so far keeps max -inf: subtract 0 so exp2 gives 0, not NaN.
         const float base = mx == -INFINITY ? 0.f : mx;
-        const float correction = exp2f(row_max[mt][r] - base);
+        correction[mt][r] = exp2f(row_max[mt][r] - base);
+        max_moved = max_moved || mx != row_max[mt][r];
         row_max[mt][r] = mx;
         float sum = 0.f;
 #pragma unroll
@@ -130,12 +133,18 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
             s[mt][nt][2 * r + c] = exp2f(s[mt][nt][2 * r + c] - base);
             sum += s[mt][nt][2 * r + c];
           }
-        row_sum[mt][r] = row_sum[mt][r] * correction + sum;  // the quad's sum is taken at the end
+        row_sum[mt][r] = row_sum[mt][r] * correction[mt][r] + sum;  // quad's sum: at the end
+      }
+    // Rescaling O costs D / 2 multiplies per row tile; once the running maxima settle (most tiles
+    // of a long row) no row of the warp moved and the warp skips it.
+    if (__any_sync(0xffffffffu, max_moved)) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < kOTiles; ++nt)
 #pragma unroll
-          for (int c = 0; c < 2; ++c) o[mt][nt][2 * r + c] *= correction;
-      }
+          for (int i = 0; i < 4; ++i) o[mt][nt][i] *= correction[mt][i / 2];
+    }
 
 #pragma unroll
     for (int kk = 0; kk < kSTiles / 2; ++kk) {  // k16 steps over the tile's keys

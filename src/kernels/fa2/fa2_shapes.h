@@ -18,9 +18,9 @@ namespace hfa::fa2 {
 template <int D>
 struct FwdShape {
   static constexpr int kWarps = D == 256 ? 8 : 4;
-  static constexpr int kMTiles = D == 64 ? 2 : 1;  // 16-row MMA tiles per warp
+  static constexpr int kMTiles = D == 256 ? 1 : 2;  // 16-row MMA tiles per warp
   static constexpr int kBlockM = 16 * kMTiles * kWarps;
-  static constexpr int kBlockN = D == 256 ? 32 : 64;
+  static constexpr int kBlockN = D == 64 ? 64 : 32;
   static constexpr int kThreads = 32 * kWarps;
   // CTAs per SM the register budget is set for: with several, one CTA's GEMMs run while another's
   // warps are in the softmax or at a barrier (d=128 at 4 warps: 174 registers, two CTAs per SM).

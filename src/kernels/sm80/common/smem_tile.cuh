@@ -81,38 +81,45 @@ __device__ __forceinline__ void load_b_pair_trans(uint32_t (&b)[2][2], const T* 
 // Which way an operand is stored in its tile.
 enum class Stored { kRowMajor, kTransposed };
 
-// acc (16 MT x 8 NT, this warp's fragments) += A (16 MT x K) * B (K x 8 NT), both from shared
-// memory. A's rows start at a_m0, B's columns at b_n0, and both run over k in [0, K).
+// One k16 step of a warp GEMM: acc (16 MT x 8 NT, this warp's fragments) += A (16 MT x 16, rows
+// from a_m0, k from k0) * B (16 x 8 NT, columns from b_n0, k from k0), both from shared memory.
 //   A stored kRowMajor: tile [m][k];  kTransposed: tile [k][m].
 //   B stored kRowMajor: tile [n][k] (B^T row-major, as K in Q K^T);  kTransposed: tile [k][n].
+template <typename T, int MT, int NT, Stored AStore, Stored BStore, class TileA, class TileB>
+__device__ __forceinline__ void warp_gemm_step(float (&acc)[MT][NT][4], const T* sA, int a_m0,
+                                               const T* sB, int b_n0, int k0) {
+  static_assert(NT % 2 == 0, "B is loaded in pairs of n8 tiles");
+  uint32_t a[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    if constexpr (AStore == Stored::kRowMajor)
+      load_a<TileA>(a[mt], sA, a_m0 + 16 * mt, k0);
+    else
+      load_a_trans<TileA>(a[mt], sA, a_m0 + 16 * mt, k0);
+  }
+#pragma unroll
+  for (int np = 0; np < NT / 2; ++np) {
+    uint32_t b[2][2];
+    if constexpr (BStore == Stored::kRowMajor)
+      load_b_pair<TileB>(b, sB, b_n0 + 16 * np, k0);
+    else
+      load_b_pair_trans<TileB>(b, sB, b_n0 + 16 * np, k0);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      mma_16816<T>(acc[mt][2 * np], a[mt], b[0]);
+      mma_16816<T>(acc[mt][2 * np + 1], a[mt], b[1]);
+    }
+  }
+}
+
+// The whole GEMM: k over [0, K) in steps of 16.
 template <typename T, int MT, int NT, int K, Stored AStore, Stored BStore, class TileA, class TileB>
 __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, int a_m0,
                                           const T* sB, int b_n0) {
-  static_assert(NT % 2 == 0 && K % 16 == 0, "B is loaded in pairs of n8 tiles, k in steps of 16");
+  static_assert(K % 16 == 0, "k in steps of 16");
 #pragma unroll 4  // fully unrolled, ptxas hoisted enough fragments to spill the d=128 backward on sm80
-  for (int k0 = 0; k0 < K; k0 += 16) {
-    uint32_t a[MT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      if constexpr (AStore == Stored::kRowMajor)
-        load_a<TileA>(a[mt], sA, a_m0 + 16 * mt, k0);
-      else
-        load_a_trans<TileA>(a[mt], sA, a_m0 + 16 * mt, k0);
-    }
-#pragma unroll
-    for (int np = 0; np < NT / 2; ++np) {
-      uint32_t b[2][2];
-      if constexpr (BStore == Stored::kRowMajor)
-        load_b_pair<TileB>(b, sB, b_n0 + 16 * np, k0);
-      else
-        load_b_pair_trans<TileB>(b, sB, b_n0 + 16 * np, k0);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        mma_16816<T>(acc[mt][2 * np], a[mt], b[0]);
-        mma_16816<T>(acc[mt][2 * np + 1], a[mt], b[1]);
-      }
-    }
-  }
+  for (int k0 = 0; k0 < K; k0 += 16)
+    warp_gemm_step<T, MT, NT, AStore, BStore, TileA, TileB>(acc, sA, a_m0, sB, b_n0, k0);
 }
 
 template <int MT, int NT>
