@@ -77,12 +77,12 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
   using Shape = BwdShape<D>;
   constexpr int kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN, kStages = Shape::kStages;
   constexpr int kThreads = Shape::kThreads;
-  // n8 tiles per warp: of S and dP (computed kSPassTiles at a time, so that S and dP of one pass
-  // plus dK and dV fit in 255 registers), of dK and dV, and of dQ (added 64 columns at a time).
-  constexpr int kSTiles = kBlockN / 8 / Shape::kSColParts;
-  constexpr int kSPassTiles = kSTiles < 4 ? kSTiles : 4;
-  constexpr int kKVTiles = D / 8 / Shape::kKVColParts;
-  constexpr int kDqTiles = D / 8 / Shape::kSColParts;
+  // Per warp: 16-row MMA tiles, and n8 tiles of S and dP, of dK and dV, and of dQ (added 64
+  // columns at a time).
+  constexpr int kMT = Shape::kMTiles;
+  constexpr int kSTiles = kBlockN / 8 / Shape::kSColWarps;
+  constexpr int kKVTiles = D / 8 / Shape::kKVColWarps;
+  constexpr int kDqTiles = D / 8 / Shape::kSColWarps;
   constexpr int kDqChunkTiles = kDqTiles < 8 ? kDqTiles : 8;
   using TileQ = SwizzledTile<kBlockM, D>;        // Q_i, dO_i
   using TileKV = SwizzledTile<kBlockN, D>;       // K_j, V_j (and dK, dV staged for the store)
@@ -98,12 +98,12 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
 
   const int k0 = blockIdx.x * kBlockN, hk = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // This warp's slices (fa2_shapes.h): rows and first columns of S/dP/dQ, and of dK/dV.
-  const int row_w = 16 * (warp % Shape::kSRowSlices);
-  const int s_col_w = (warp / Shape::kSRowSlices) * 8 * kSTiles;
-  const int dq_col_w = (warp / Shape::kSRowSlices) * 8 * kDqTiles;
-  const int kv_row_w = 16 * (warp % Shape::kKVRowSlices);
-  const int kv_col_w = (warp / Shape::kKVRowSlices) * 8 * kKVTiles;
+  // This warp's rows and first columns (fa2_shapes.h): of S, dP, dQ, and of dK, dV.
+  const int row_w = 16 * kMT * (warp % Shape::kSRowWarps);
+  const int s_col_w = (warp / Shape::kSRowWarps) * 8 * kSTiles;
+  const int dq_col_w = (warp / Shape::kSRowWarps) * 8 * kDqTiles;
+  const int kv_row_w = 16 * kMT * (warp % Shape::kKVRowWarps);
+  const int kv_col_w = (warp / Shape::kKVRowWarps) * 8 * kKVTiles;
   const int group = p.group_size();
 
   const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride;
@@ -125,27 +125,30 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
   if (n_iters > 0) load_q_do(0, 0);
   cp_async_commit();
 
-  // LSE in base 2 and D of this lane's two rows (g and g + 8 of the warp's 16) in iteration it.
-  // Rows past the end and rows that saw no key get LSE = +inf: P = 0, no gradient flows.
-  auto load_row_stats = [&](int it, float (&lse_log2)[2], float (&row_dot)[2]) {
+  // LSE in base 2 and D of this lane's rows (g and g + 8 of each of the warp's 16-row tiles) in
+  // iteration it. Rows past the end and rows that saw no key get LSE = +inf: P = 0, no gradient.
+  using RowStats = float[kMT][2];
+  auto load_row_stats = [&](int it, RowStats& lse_log2, RowStats& row_dot) {
     const int h = hk * group + it / m_count, q0 = (m_begin + it % m_count) * kBlockM;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = q0 + row_w + lane / 4 + 8 * r;
-      lse_log2[r] = INFINITY;
-      row_dot[r] = 0.f;
-      if (row < p.seqlen_q) {
-        const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
-        if (lse != -INFINITY) lse_log2[r] = lse * kLog2e;
-        row_dot[r] = bp.row_dot[(static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + row];
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = q0 + row_w + 16 * mt + lane / 4 + 8 * r;
+        lse_log2[mt][r] = INFINITY;
+        row_dot[mt][r] = 0.f;
+        if (row < p.seqlen_q) {
+          const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
+          if (lse != -INFINITY) lse_log2[mt][r] = lse * kLog2e;
+          row_dot[mt][r] = bp.row_dot[(static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + row];
+        }
       }
-    }
   };
-  float next_lse_log2[2] = {INFINITY, INFINITY}, next_row_dot[2] = {0.f, 0.f};
+  RowStats next_lse_log2, next_row_dot;
   if (n_iters > 0) load_row_stats(0, next_lse_log2, next_row_dot);
 
   const float scale_log2 = p.softmax_scale * kLog2e;
-  float dk[1][kKVTiles][4], dv[1][kKVTiles][4];
+  float dk[kMT][kKVTiles][4], dv[kMT][kKVTiles][4];
   zero(dk);
   zero(dv);
 
@@ -165,47 +168,48 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
 
     // This iteration's row statistics were loaded one iteration ago; load the next one's now, so
     // the global-load latency hides behind this block's GEMMs.
-    const float lse_log2[2] = {next_lse_log2[0], next_lse_log2[1]};
-    const float row_dot[2] = {next_row_dot[0], next_row_dot[1]};
+    RowStats lse_log2, row_dot;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) lse_log2[mt][r] = next_lse_log2[mt][r], row_dot[mt][r] = next_row_dot[mt][r];
     if (it + 1 < n_iters) load_row_stats(it + 1, next_lse_log2, next_row_dot);
 
-    const bool needs_mask = block_needs_mask(q0, k0, kBlockN, p.seqlen_k, p.causal, p.causal_offset());
-#pragma unroll
-    for (int pass = 0; pass < kSTiles / kSPassTiles; ++pass) {
-      const int col0 = s_col_w + pass * 8 * kSPassTiles;
-      float s[1][kSPassTiles][4], dp[1][kSPassTiles][4];
+    {
+      float s[kMT][kSTiles][4], dp[kMT][kSTiles][4];
       zero(s);
       zero(dp);
-      // S = Q K^T and dP = dO V^T in one k loop: twice the independent MMA chains per step.
-#pragma unroll 4
-      for (int k = 0; k < D; k += 16) {
-        warp_gemm_step<T, 1, kSPassTiles, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
-            s, sQi, row_w, sK, col0, k);
-        warp_gemm_step<T, 1, kSPassTiles, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
-            dp, sdOi, row_w, sV, col0, k);
-      }
+      warp_gemm<T, kMT, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
+          s, sQi, row_w, sK, s_col_w);
+      warp_gemm<T, kMT, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
+          dp, sdOi, row_w, sV, s_col_w);
 #pragma unroll
-      for (int nt = 0; nt < kSPassTiles; ++nt)
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) s[0][nt][i] *= scale_log2;
-      if (needs_mask) apply_mask(s, q0 + row_w, k0 + col0, p.seqlen_k, p.causal, p.causal_offset());
+        for (int nt = 0; nt < kSTiles; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < kSPassTiles; ++nt)
+          for (int i = 0; i < 4; ++i) s[mt][nt][i] *= scale_log2;
+      if (block_needs_mask(q0, k0, kBlockN, p.seqlen_k, p.causal, p.causal_offset()))
+        apply_mask(s, q0 + row_w, k0 + s_col_w, p.seqlen_k, p.causal, p.causal_offset());
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float prob = exp2f(s[0][nt][i] - lse_log2[i / 2]);
-          s[0][nt][i] = prob;                                     // P
-          dp[0][nt][i] = prob * (dp[0][nt][i] - row_dot[i / 2]);  // dS (without the scale)
-        }
-      store_c<TileP>(sP, s, row_w, col0);
-      store_c<TileP>(sdS, dp, row_w, col0);
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float prob = exp2f(s[mt][nt][i] - lse_log2[mt][i / 2]);
+            s[mt][nt][i] = prob;                                         // P
+            dp[mt][nt][i] = prob * (dp[mt][nt][i] - row_dot[mt][i / 2]);  // dS (without the scale)
+          }
+      store_c<TileP>(sP, s, row_w, s_col_w);
+      store_c<TileP>(sdS, dp, row_w, s_col_w);
     }
     __syncthreads();
 
     // dV_j += P^T dO_i and dK_j += dS^T Q_i: A is read transposed from the [query][key] tiles.
-    warp_gemm<T, 1, kKVTiles, kBlockM, Stored::kTransposed, Stored::kTransposed, TileP, TileQ>(
+    warp_gemm<T, kMT, kKVTiles, kBlockM, Stored::kTransposed, Stored::kTransposed, TileP, TileQ>(
         dv, sP, kv_row_w, sdOi, kv_col_w);
-    warp_gemm<T, 1, kKVTiles, kBlockM, Stored::kTransposed, Stored::kTransposed, TileP, TileQ>(
+    warp_gemm<T, kMT, kKVTiles, kBlockM, Stored::kTransposed, Stored::kTransposed, TileP, TileQ>(
         dk, sdS, kv_row_w, sQi, kv_col_w);
 
     // dQ_i += dS K_j, added into the fp32 workspace (other KV blocks add to the same rows); in
@@ -214,19 +218,21 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
 #pragma unroll
     for (int chunk = 0; chunk < kDqTiles / kDqChunkTiles; ++chunk) {
       const int col0 = dq_col_w + chunk * 8 * kDqChunkTiles;
-      float dq[1][kDqChunkTiles][4];
+      float dq[kMT][kDqChunkTiles][4];
       zero(dq);
-      warp_gemm<T, 1, kDqChunkTiles, kBlockN, Stored::kRowMajor, Stored::kTransposed, TileP, TileKV>(
+      warp_gemm<T, kMT, kDqChunkTiles, kBlockN, Stored::kRowMajor, Stored::kTransposed, TileP, TileKV>(
           dq, sdS, row_w, sK, col0);
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = q0 + row_w + lane / 4 + 8 * r;
-        if (row >= p.seqlen_q) continue;
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < kDqChunkTiles; ++nt)
-          atomic_add_pair(dq_rows + static_cast<int64_t>(row) * D + col0 + 8 * nt + 2 * (lane % 4),
-                          dq[0][nt][2 * r], dq[0][nt][2 * r + 1]);
-      }
+        for (int r = 0; r < 2; ++r) {
+          const int row = q0 + row_w + 16 * mt + lane / 4 + 8 * r;
+          if (row >= p.seqlen_q) continue;
+#pragma unroll
+          for (int nt = 0; nt < kDqChunkTiles; ++nt)
+            atomic_add_pair(dq_rows + static_cast<int64_t>(row) * D + col0 + 8 * nt + 2 * (lane % 4),
+                            dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
+        }
     }
     if constexpr (kStages == 1) {  // the only Q/dO buffer is free once every warp is done
       __syncthreads();
@@ -239,9 +245,11 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
 
   // Epilogue: dK = scale * dS^T Q; stage dK and dV in the Q/dO buffers for 16-byte stores.
 #pragma unroll
-  for (int nt = 0; nt < kKVTiles; ++nt)
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) dk[0][nt][i] *= p.softmax_scale;
+    for (int nt = 0; nt < kKVTiles; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dk[mt][nt][i] *= p.softmax_scale;
   store_c<TileKV>(sQ, dk, kv_row_w, kv_col_w);
   store_c<TileKV>(sdO, dv, kv_row_w, kv_col_w);
   __syncthreads();

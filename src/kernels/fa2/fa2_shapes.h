@@ -29,24 +29,24 @@ struct FwdShape {
 };
 
 // Backward: one CTA per (KV block of kBlockN keys, KV head, batch), looping over the Q blocks of
-// kBlockM rows of every query head that shares the KV head; 8 warps. Each GEMM has its own warp
-// partition (16-row slices):
-//   S, dP (BlockM x BlockN):   4 row slices x 2 column halves
-//   dK, dV (BlockN x D):       BlockN / 16 row slices x (8 / that) column parts
-//   dQ (BlockM x D):           4 row slices x 2 column halves (added in 64-column chunks)
+// kBlockM rows of every query head that shares the KV head; 8 warps, each owning 32 rows (two
+// 16-row MMA tiles, so every B fragment read from shared memory feeds two MMAs) of every GEMM:
+//   S, dP (BlockM x BlockN) and dQ (BlockM x D):  kSRowWarps x kSColWarps warps
+//   dK, dV (BlockN x D):                          kKVRowWarps x kKVColWarps warps
 // 128-key blocks (d <= 128) halve the dQ atomics per FLOP against 64-key blocks, as in FA2.
 // Q and dO are double-buffered where shared memory allows (<= 160 KB: fits sm80's 163 KB).
 template <int D>
 struct BwdShape {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kMTiles = 2;  // 16-row MMA tiles per warp, in every GEMM
   static constexpr int kBlockM = 64;
   static constexpr int kBlockN = D == 256 ? 64 : 128;
   static constexpr int kStages = D == 256 ? 1 : 2;
-  static constexpr int kSRowSlices = kBlockM / 16;             // S, dP, dQ
-  static constexpr int kSColParts = kWarps / kSRowSlices;
-  static constexpr int kKVRowSlices = kBlockN / 16;            // dK, dV
-  static constexpr int kKVColParts = kWarps / kKVRowSlices;
+  static constexpr int kSRowWarps = kBlockM / (16 * kMTiles);
+  static constexpr int kSColWarps = kWarps / kSRowWarps;
+  static constexpr int kKVRowWarps = kBlockN / (16 * kMTiles);
+  static constexpr int kKVColWarps = kWarps / kKVRowWarps;
   static constexpr size_t kSmemBytes =
       size_t(2 * kBlockN * D + kStages * 2 * kBlockM * D + 2 * kBlockM * kBlockN) * 2;
   // dK and dV are staged for their stores in the Q and dO buffers.
