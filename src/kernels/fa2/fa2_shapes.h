@@ -2,6 +2,7 @@
 // Chosen as the FlashAttention-2 paper partitions work (section 3.3): the forward splits Q across
 // warps (each warp owns 16 or 32 query rows and sees all of K and V: no split-K, no cross-warp
 // reduction), the backward gives each CTA one KV block and splits every GEMM across warps.
+// Measured choices and what was tried: docs/WORKLOG.md, "FA2".
 #pragma once
 
 #include <cstddef>
@@ -10,21 +11,20 @@ namespace hfa::fa2 {
 
 // Forward: BlockM = 16 * kMTiles * kWarps query rows per CTA, kBlockN keys per K/V tile; Q has one
 // buffer, K and V two each (tile j+1 loads while tile j computes; one barrier per tile).
-// Register budget (255 per thread): O takes kMTiles * D / 2 fp32 registers and S kMTiles *
-// kBlockN / 2, so d=64 affords two row tiles per warp (O 64 + S 64), d=128 one (O 64 + S 32; two
-// row tiles spilled, 200 bytes with 64-key tiles and 16 with 32-key tiles, which measured 8% faster
-// at s=8k but put local memory in the loop), and d=256 one row tile with 32-key tiles (O 128 +
-// S 16). One row tile per warp reads K and V from shared memory twice as often per FLOP.
+// Register budget (255 per thread, two CTAs of 4 warps per SM): O takes kMTiles * D / 2 fp32
+// registers and S kMTiles * kBlockN / 2. Two 16-row tiles per warp (each K/V fragment read from
+// shared memory feeds two MMAs) fit at d=64 with 64-key tiles (O 64 + S 64) and at d=128 with
+// 32-key tiles (O 128 + S 32: 237 registers; 64-key tiles spilled); d=256 keeps one (O 128 + S 16).
+// 16-key tiles at d=128 fit easily (213 registers) but ran 17% slower: per-tile softmax overhead.
 template <int D>
 struct FwdShape {
-  static constexpr int kWarps = D == 256 ? 8 : 4;
+  static constexpr int kWarps = 4;
   static constexpr int kMTiles = D == 256 ? 1 : 2;  // 16-row MMA tiles per warp
   static constexpr int kBlockM = 16 * kMTiles * kWarps;
   static constexpr int kBlockN = D == 64 ? 64 : 32;
   static constexpr int kThreads = 32 * kWarps;
-  // CTAs per SM the register budget is set for: with several, one CTA's GEMMs run while another's
-  // warps are in the softmax or at a barrier (d=128 at 4 warps: 174 registers, two CTAs per SM).
-  static constexpr int kMinBlocksPerSm = D == 128 ? 2 : 1;
+  // Two CTAs per SM: one CTA's GEMMs run while the other's warps are in the softmax or at a barrier.
+  static constexpr int kMinBlocksPerSm = 2;
   static constexpr size_t kSmemBytes = size_t(kBlockM + 4 * kBlockN) * D * 2;
 };
 
