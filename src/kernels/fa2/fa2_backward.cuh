@@ -183,14 +183,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
           s, sQi, row_w, sK, s_col_w);
       warp_gemm<T, kMT, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
           dp, sdOi, row_w, sV, s_col_w);
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kSTiles; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) s[mt][nt][i] *= scale_log2;
-      if (block_needs_mask(q0, k0, kBlockN, p.seqlen_k, p.causal, p.causal_offset()))
-        apply_mask(s, q0 + row_w, k0 + s_col_w, p.seqlen_k, p.causal, p.causal_offset());
+      scale_and_mask(s, scale_log2, p, q0, k0, kBlockN, q0 + row_w, k0 + s_col_w);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll

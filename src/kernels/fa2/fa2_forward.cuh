@@ -99,14 +99,7 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
     warp_gemm<T, kMT, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
         s, sQ, warp_m0, sKj, 0);
 
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kSTiles; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[mt][nt][i] *= scale_log2;
-    if (block_needs_mask(q0, k0, kBlockN, p.seqlen_k, p.causal, p.causal_offset()))
-      apply_mask(s, q0 + warp_m0, k0, p.seqlen_k, p.causal, p.causal_offset());
+    scale_and_mask(s, scale_log2, p, q0, k0, kBlockN, q0 + warp_m0, k0);
 
     // Online softmax, per row: new max, rescale what was accumulated, P = exp2(S - max).
     float correction[kMT][2];

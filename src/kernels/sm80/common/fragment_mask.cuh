@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "common/problem.h"
+
 namespace hfa::sm80 {
 
 // Whether a (BlockM x BlockN) block of scores at (q0, k0) has any masked element: blocks wholly
@@ -31,6 +33,22 @@ __device__ __forceinline__ void apply_mask(float (&acc)[MT][NT][4], int row0, in
         const bool visible = col < seqlen_k && (!causal || col <= row + causal_offset);
         if (!visible) acc[mt][nt][i] = -INFINITY;
       }
+}
+
+// Scores into the base-2 softmax domain (S * scale * log2 e), then the mask where the block of
+// scores at (q0, k0) with block_n keys needs one; acc's rows start at row0 and its keys at col0.
+template <int MT, int NT>
+__device__ __forceinline__ void scale_and_mask(float (&acc)[MT][NT][4], float scale_log2,
+                                               const FwdProblem& p, int q0, int k0, int block_n,
+                                               int row0, int col0) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] *= scale_log2;
+  if (block_needs_mask(q0, k0, block_n, p.seqlen_k, p.causal, p.causal_offset()))
+    apply_mask(acc, row0, col0, p.seqlen_k, p.causal, p.causal_offset());
 }
 
 }  // namespace hfa::sm80
