@@ -77,11 +77,11 @@ __device__ __forceinline__ void softmax_update(float (&s)[kScoresPerThread], Row
   for (int jj = 0; jj < kScoresPerThread; ++jj) tile_max = fmaxf(tile_max, s[jj]);
   const float m_new = fmaxf(st.m, quad_max(tile_max));
   const float m_safe = m_new == -INFINITY ? 0.f : m_new;  // no key seen yet: avoid -inf - -inf
-  const float alpha = exp2f(st.m - m_safe);
+  const float alpha = exp2_approx(st.m - m_safe);
   float row_sum = 0.f;
 #pragma unroll
   for (int jj = 0; jj < kScoresPerThread; ++jj) {
-    const float p = exp2f(s[jj] - m_safe);
+    const float p = exp2_approx(s[jj] - m_safe);
     row_sum += p;
     sS[row * kSRow + jj * kThreadsPerRow + part] = p;  // P_j over S_j, in place
   }

@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
         for (int nt = 0; nt < kSTiles; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const float prob = exp2f(s[mt][nt][i] - lse_log2[mt][i / 2]);
+            const float prob = exp2_approx(s[mt][nt][i] - lse_log2[mt][i / 2]);
             s[mt][nt][i] = prob;                                         // P
             dp[mt][nt][i] = prob * (dp[mt][nt][i] - row_dot[mt][i / 2]);  // dS (without the scale)
           }

@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "common/problem.h"
+#include "kernels/common/numeric.cuh"
 #include "kernels/common/quad_reduce.cuh"
 #include "kernels/fa2/fa2_shapes.h"
 #include "kernels/sm80/common/fragment_mask.cuh"
@@ -115,7 +116,7 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
         mx = quad_max(mx);
         // A row with no visible key so far keeps max -inf: subtract 0 so exp2 gives 0, not NaN.
         const float base = mx == -INFINITY ? 0.f : mx;
-        correction[mt][r] = exp2f(row_max[mt][r] - base);
+        correction[mt][r] = exp2_approx(row_max[mt][r] - base);
         max_moved = max_moved || mx != row_max[mt][r];
         row_max[mt][r] = mx;
         float sum = 0.f;
@@ -123,7 +124,7 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
         for (int nt = 0; nt < kSTiles; ++nt)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            s[mt][nt][2 * r + c] = exp2f(s[mt][nt][2 * r + c] - base);
+            s[mt][nt][2 * r + c] = exp2_approx(s[mt][nt][2 * r + c] - base);
             sum += s[mt][nt][2 * r + c];
           }
         row_sum[mt][r] = row_sum[mt][r] * correction[mt][r] + sum;  // quad's sum: at the end

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "kernels/common/numeric.cuh"
 #include "kernels/common/quad_reduce.cuh"
 
 namespace hfa::sm90 {
@@ -49,12 +50,12 @@ struct OnlineSoftmax {
       for (int c = 0; c < size<1>(s); ++c) mx = fmaxf(mx, s(r, c));
       mx = quad_max(mx);
       const float m_safe = mx == -INFINITY ? 0.f : mx;  // no key seen yet: avoid -inf - -inf
-      alpha[r] = exp2f(row_max[r] - m_safe);
+      alpha[r] = exp2_approx(row_max[r] - m_safe);
       row_max[r] = mx;
       float sum = 0.f;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s); ++c) {
-        s(r, c) = exp2f(s(r, c) - m_safe);
+        s(r, c) = exp2_approx(s(r, c) - m_safe);
         sum += s(r, c);
       }
       row_sum[r] = row_sum[r] * alpha[r] + sum;
