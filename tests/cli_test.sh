@@ -5,7 +5,8 @@ bench=$1
 fail() { echo "FAIL: $*"; exit 1; }
 
 list=$("$bench" --list) || fail "--list exited non-zero"
-for k in k1 k2 auto; do grep -q "^$k " <<<"$list" || fail "--list does not show $k"; done
+for k in k1 k2 fa2 auto; do grep -q "^$k " <<<"$list" || fail "--list does not show $k"; done
+grep -q "^backward kernels" <<<"$list" || fail "--list does not list the backward kernels"
 
 if nvidia-smi -L >/dev/null 2>&1; then
   out=$(CHECK=1 SEQLEN=100 HEADDIM=64 CAUSAL=1 BATCH=2 HEADS=4 "$bench" k2 --iters 3 2>&1) \
@@ -14,6 +15,10 @@ if nvidia-smi -L >/dev/null 2>&1; then
   out=$("$bench" k1 k2 --seqlen 100 --headdim 64 --causal --batch 2 --heads 4 --check --iters 3 2>&1) \
     || fail "flag form failed on a GPU: $out"
   [ "$(grep -c PASS <<<"$out")" -ge 2 ] || fail "flag form did not check both kernels: $out"
+  out=$("$bench" fa2 --bwd --seqlen 100 --headdim 64 --batch 2 --heads 4 --heads-kv 2 --causal --check --iters 3 2>&1) \
+    || fail "--bwd failed on a GPU: $out"
+  grep -q "PASS" <<<"$out" || fail "--bwd did not check: $out"
+  "$bench" k6 --bwd >/dev/null 2>&1 && fail "--bwd with a forward-only kernel exited 0"
 else
   out=$(CHECK=1 SEQLEN=512 HEADDIM=64 CAUSAL=0 "$bench" k2 2>&1); rc=$?
   [ $rc -ne 0 ] || fail "exit status 0 without a GPU"
