@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "check/check.h"
 #include "hfa/hfa.h"
 #include "hfa_build_config.h"
 
@@ -29,5 +30,19 @@ inline std::vector<std::string> kernel_names() {
 }
 
 inline std::vector<int> compiled_head_dims() { return {HFA_HEAD_DIMS_INIT}; }
+
+// The bytes of device tensors (whole allocations, padding included), one after another: what a
+// test compares bit for bit between runs, or with the poison pattern.
+inline std::vector<unsigned char> download_bytes(
+    std::initializer_list<const check::DeviceBuffers::Tensor*> tensors) {
+  std::vector<unsigned char> bytes;
+  for (const check::DeviceBuffers::Tensor* t : tensors) {
+    const size_t offset = bytes.size();
+    bytes.resize(offset + t->alloc_elems * size_of(t->view.dtype));
+    EXPECT_EQ(cudaMemcpy(bytes.data() + offset, t->data, bytes.size() - offset,
+                         cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  return bytes;
+}
 
 }  // namespace hfa::testing

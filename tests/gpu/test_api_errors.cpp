@@ -9,12 +9,6 @@
 namespace hfa::testing {
 namespace {
 
-std::vector<unsigned char> download(const check::DeviceBuffers::Tensor& t) {
-  std::vector<unsigned char> host(t.alloc_elems * size_of(t.view.dtype));
-  EXPECT_EQ(cudaMemcpy(host.data(), t.data, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-  return host;
-}
-
 bool all_poisoned(const std::vector<unsigned char>& bytes) {
   for (unsigned char b : bytes)
     if (b != 0xFF) return false;
@@ -36,8 +30,8 @@ class ErrorsTouchNothing : public ::testing::Test {
   void expect_untouched(const Status& st, StatusCode code) {
     EXPECT_EQ(st.code, code) << st.message;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_TRUE(all_poisoned(download(buf.o))) << "out was written by a failed call";
-    EXPECT_TRUE(all_poisoned(download(buf.lse))) << "lse was written by a failed call";
+    EXPECT_TRUE(all_poisoned(download_bytes({&buf.o}))) << "out was written by a failed call";
+    EXPECT_TRUE(all_poisoned(download_bytes({&buf.lse}))) << "lse was written by a failed call";
   }
   check::Config c;
   check::DeviceBuffers buf;
@@ -98,7 +92,7 @@ class BackwardErrorsTouchNothing : public ErrorsTouchNothing {
     EXPECT_EQ(st.code, code) << st.message;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     for (const auto* t : {&buf.dq, &buf.dk, &buf.dv})
-      EXPECT_TRUE(all_poisoned(download(*t))) << "a gradient was written by a failed call";
+      EXPECT_TRUE(all_poisoned(download_bytes({t}))) << "a gradient was written by a failed call";
   }
 };
 

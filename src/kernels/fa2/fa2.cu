@@ -6,17 +6,11 @@
 
 namespace hfa {
 
-// Defined in the generated fa2_hdim<D>.cu files; declared here so this file compiles no kernel.
+// Defined (explicitly instantiated) in the generated fa2_hdim<D>.cu files; this file only
+// declares them, so it compiles no kernel.
 namespace fa2 {
 template <typename T, int D> cudaError_t launch_forward(const FwdProblem&, cudaStream_t);
 template <typename T, int D> cudaError_t launch_backward(const BwdProblem&, cudaStream_t);
-#define HFA_FA2_DECLARE(D)                                                                          \
-  extern template cudaError_t launch_forward<__nv_bfloat16, D>(const FwdProblem&, cudaStream_t);  \
-  extern template cudaError_t launch_forward<__half, D>(const FwdProblem&, cudaStream_t);         \
-  extern template cudaError_t launch_backward<__nv_bfloat16, D>(const BwdProblem&, cudaStream_t); \
-  extern template cudaError_t launch_backward<__half, D>(const BwdProblem&, cudaStream_t);
-HFA_FOR_EACH_HEAD_DIM(HFA_FA2_DECLARE)
-#undef HFA_FA2_DECLARE
 }  // namespace fa2
 
 namespace {

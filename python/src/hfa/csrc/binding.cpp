@@ -51,23 +51,36 @@ void throw_if_error(const hfa::Status& st) {
   throw std::runtime_error(std::string(hfa::to_string(st.code)) + ": " + st.message);
 }
 
+// q's device, which every tensor must be on; the caller holds a CUDAGuard for it.
+at::Device cuda_device_of(const at::Tensor& q) {
+  if (!q.is_cuda())
+    throw std::invalid_argument("q: tensor is on " + q.device().str() + "; hfa needs CUDA tensors");
+  return q.device();
+}
+
+// What ForwardArgs and BackwardArgs share: q, k, v, out, the mask, the scale and the kernel.
+template <class Args>
+void set_common_args(Args* args, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& out, bool causal, std::optional<double> softmax_scale,
+                     const std::string& kernel, const at::Device& device) {
+  args->q = to_view(q, "q", device);
+  args->k = to_view(k, "k", device);
+  args->v = to_view(v, "v", device);
+  args->out = to_view(out, "out", device);
+  args->causal = causal;
+  if (softmax_scale) args->softmax_scale = static_cast<float>(*softmax_scale);
+  args->kernel = kernel;
+}
+
 // Writes out (and lse, if given) in place; the Python custom op allocates them.
 void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
              std::optional<at::Tensor> lse, bool causal, std::optional<double> softmax_scale,
              const std::string& kernel) {
-  if (!q.is_cuda())
-    throw std::invalid_argument("q: tensor is on " + q.device().str() + "; hfa needs CUDA tensors");
-  const at::Device device = q.device();
+  const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
   hfa::ForwardArgs args;
-  args.q = to_view(q, "q", device);
-  args.k = to_view(k, "k", device);
-  args.v = to_view(v, "v", device);
-  args.out = to_view(out, "out", device);
+  set_common_args(&args, q, k, v, out, causal, softmax_scale, kernel, device);
   if (lse) args.lse = to_view(*lse, "lse", device);
-  args.causal = causal;
-  if (softmax_scale) args.softmax_scale = static_cast<float>(*softmax_scale);
-  args.kernel = kernel;
   throw_if_error(hfa::forward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
 }
 
@@ -76,35 +89,24 @@ void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, con
               const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk,
               at::Tensor& dv, bool causal, std::optional<double> softmax_scale,
               const std::string& kernel) {
-  if (!q.is_cuda())
-    throw std::invalid_argument("q: tensor is on " + q.device().str() + "; hfa needs CUDA tensors");
-  const at::Device device = q.device();
+  const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
   hfa::BackwardArgs args;
-  args.q = to_view(q, "q", device);
-  args.k = to_view(k, "k", device);
-  args.v = to_view(v, "v", device);
-  args.out = to_view(out, "out", device);
+  set_common_args(&args, q, k, v, out, causal, softmax_scale, kernel, device);
   args.dout = to_view(dout, "dout", device);
   args.lse = to_view(lse, "lse", device);
   args.dq = to_view(dq, "dq", device);
   args.dk = to_view(dk, "dk", device);
   args.dv = to_view(dv, "dv", device);
-  args.causal = causal;
-  if (softmax_scale) args.softmax_scale = static_cast<float>(*softmax_scale);
-  args.kernel = kernel;
   throw_if_error(hfa::backward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
 }
 
 std::string select_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                           at::Tensor& out, bool causal) {
-  const c10::cuda::CUDAGuard guard(q.device());
+  const at::Device device = cuda_device_of(q);
+  const c10::cuda::CUDAGuard guard(device);
   hfa::ForwardArgs args;
-  args.q = to_view(q, "q", q.device());
-  args.k = to_view(k, "k", q.device());
-  args.v = to_view(v, "v", q.device());
-  args.out = to_view(out, "out", q.device());
-  args.causal = causal;
+  set_common_args(&args, q, k, v, out, causal, std::nullopt, "auto", device);
   std::string name;
   throw_if_error(hfa::select_kernel(args, &name));
   return name;
