@@ -31,6 +31,51 @@ inline std::vector<std::string> kernel_names() {
 
 inline std::vector<int> compiled_head_dims() { return {HFA_HEAD_DIMS_INIT}; }
 
+// The test matrix both the forward and the backward suites run: one test per (kernel, head_dim,
+// causal, dtype), each over a list of shapes with the layouts in rotation.
+struct ShapeCase {
+  int batch, seqlen_q, seqlen_k, heads_q, heads_kv;
+};
+inline constexpr check::Layout kLayouts[] = {check::Layout::kPacked, check::Layout::kPadded,
+                                             check::Layout::kHeadsMajor};
+
+struct MatrixParam {
+  std::string kernel;
+  int head_dim;
+  bool causal;
+  DType dtype;
+};
+
+inline std::string param_name(const ::testing::TestParamInfo<MatrixParam>& info) {
+  const MatrixParam& p = info.param;
+  return p.kernel + "_d" + std::to_string(p.head_dim) + (p.causal ? "_causal_" : "_full_") +
+         to_string(p.dtype);
+}
+
+inline std::vector<MatrixParam> matrix(const std::vector<std::string>& kernels) {
+  std::vector<MatrixParam> out;
+  for (const std::string& k : kernels)
+    for (int d : compiled_head_dims())
+      for (bool causal : {false, true})
+        for (DType dt : {DType::kBF16, DType::kFP16}) out.push_back({k, d, causal, dt});
+  return out;
+}
+
+// The check::Config of one matrix cell and shape (layout left at packed).
+inline check::Config matrix_config(const MatrixParam& p, const ShapeCase& s) {
+  check::Config c;
+  c.kernel = p.kernel;
+  c.dtype = p.dtype;
+  c.head_dim = p.head_dim;
+  c.causal = p.causal;
+  c.batch = s.batch;
+  c.seqlen_q = s.seqlen_q;
+  c.seqlen_k = s.seqlen_k;
+  c.heads_q = s.heads_q;
+  c.heads_kv = s.heads_kv;
+  return c;
+}
+
 // The bytes of device tensors (whole allocations, padding included), one after another: what a
 // test compares bit for bit between runs, or with the poison pattern.
 inline std::vector<unsigned char> download_bytes(

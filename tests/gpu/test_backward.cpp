@@ -9,31 +9,12 @@
 namespace hfa::testing {
 namespace {
 
-struct ShapeCase {
-  int batch, seqlen_q, seqlen_k, heads_q, heads_kv;
-};
-
 // Odd seqlens, seqlen_q != seqlen_k both ways (causal rows that see no key when sq > sk), MHA,
 // GQA 3:1 and 2:1, MQA 8:1.
 const ShapeCase kShapes[] = {
     {1, 1, 1, 2, 2},    {2, 17, 17, 8, 1},   {1, 129, 129, 4, 2}, {2, 17, 129, 6, 2},
     {1, 129, 17, 4, 4}, {1, 300, 257, 6, 3}, {1, 1, 300, 4, 1},   {1, 200, 70, 2, 1},
 };
-constexpr check::Layout kLayouts[] = {check::Layout::kPacked, check::Layout::kPadded,
-                                      check::Layout::kHeadsMajor};
-
-struct MatrixParam {
-  std::string kernel;
-  int head_dim;
-  bool causal;
-  DType dtype;
-};
-
-std::string param_name(const ::testing::TestParamInfo<MatrixParam>& info) {
-  const MatrixParam& p = info.param;
-  return p.kernel + "_d" + std::to_string(p.head_dim) + (p.causal ? "_causal_" : "_full_") +
-         to_string(p.dtype);
-}
 
 std::vector<std::string> backward_kernel_names() {
   std::vector<std::string> names;
@@ -41,25 +22,10 @@ std::vector<std::string> backward_kernel_names() {
   return names;
 }
 
-std::vector<MatrixParam> matrix() {
-  std::vector<MatrixParam> out;
-  for (const std::string& k : backward_kernel_names())
-    for (int d : compiled_head_dims())
-      for (bool causal : {false, true})
-        for (DType dt : {DType::kBF16, DType::kFP16}) out.push_back({k, d, causal, dt});
-  return out;
-}
-
-check::Config backward_config(const std::string& kernel, int head_dim, const ShapeCase& s) {
-  check::Config c;
-  c.kernel = kernel;
+// A matrix cell's configuration with the backward buffers (bf16, non-causal by default).
+check::Config backward_config(const MatrixParam& p, const ShapeCase& s) {
+  check::Config c = matrix_config(p, s);
   c.backward = true;
-  c.head_dim = head_dim;
-  c.batch = s.batch;
-  c.seqlen_q = s.seqlen_q;
-  c.seqlen_k = s.seqlen_k;
-  c.heads_q = s.heads_q;
-  c.heads_kv = s.heads_kv;
   return c;
 }
 
@@ -82,20 +48,20 @@ TEST_P(BackwardMatrix, MatchesReference) {
   uint64_t seed = std::hash<std::string>{}(param_name({p, 0})) ^ ::testing::UnitTest::GetInstance()->random_seed();
   int n = 0;
   for (const ShapeCase& s : kShapes) {
-    check::Config c = backward_config(p.kernel, p.head_dim, s);
-    c.dtype = p.dtype;
-    c.causal = p.causal;
+    check::Config c = backward_config(p, s);
     c.layout = kLayouts[n++ % 3];
     expect_backward_pass(c, ++seed);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllBackwardKernels, BackwardMatrix, ::testing::ValuesIn(matrix()), param_name);
+INSTANTIATE_TEST_SUITE_P(AllBackwardKernels, BackwardMatrix,
+                         ::testing::ValuesIn(matrix(backward_kernel_names())), param_name);
 
 class BackwardPerKernel : public ::testing::TestWithParam<std::string> {
  protected:
   check::Config small(int seqlen_q, int seqlen_k, int heads_q, int heads_kv) const {
-    return backward_config(GetParam(), compiled_head_dims()[0], {1, seqlen_q, seqlen_k, heads_q, heads_kv});
+    return backward_config({GetParam(), compiled_head_dims()[0], false, DType::kBF16},
+                           {1, seqlen_q, seqlen_k, heads_q, heads_kv});
   }
 };
 

@@ -2,17 +2,11 @@
 // outputs, checked against the fp64 reference by the DESIGN.md rule (check/check.h).
 #include <gtest/gtest.h>
 
-#include <sstream>
-
 #include "check/check.h"
 #include "gpu_test_util.h"
 
 namespace hfa::testing {
 namespace {
-
-struct ShapeCase {
-  int batch, seqlen_q, seqlen_k, heads_q, heads_kv;
-};
 
 // Odd seqlens, seqlen_q != seqlen_k both ways, MHA, GQA 8:1 and 6:1, MQA.
 const ShapeCase kShapes[] = {
@@ -20,32 +14,7 @@ const ShapeCase kShapes[] = {
     {2, 17, 129, 12, 2},    {2, 129, 17, 4, 4},    {1, 1000, 257, 8, 1},  {1, 64, 1000, 6, 3},
     {3, 128, 128, 2, 1},    {1, 1, 1000, 4, 1},
 };
-constexpr check::Layout kLayouts[] = {check::Layout::kPacked, check::Layout::kPadded,
-                                      check::Layout::kHeadsMajor};
 constexpr int64_t kMaxRowsChecked = 768;
-
-// One test per (kernel, head_dim, causal, dtype); each runs every shape, layouts in rotation.
-struct MatrixParam {
-  std::string kernel;
-  int head_dim;
-  bool causal;
-  DType dtype;
-};
-
-std::string param_name(const ::testing::TestParamInfo<MatrixParam>& info) {
-  const MatrixParam& p = info.param;
-  return p.kernel + "_d" + std::to_string(p.head_dim) + (p.causal ? "_causal_" : "_full_") +
-         to_string(p.dtype);
-}
-
-std::vector<MatrixParam> matrix() {
-  std::vector<MatrixParam> out;
-  for (const std::string& k : kernel_names())
-    for (int d : compiled_head_dims())
-      for (bool causal : {false, true})
-        for (DType dt : {DType::kBF16, DType::kFP16}) out.push_back({k, d, causal, dt});
-  return out;
-}
 
 class KernelMatrix : public ::testing::TestWithParam<MatrixParam> {};
 
@@ -55,16 +24,7 @@ TEST_P(KernelMatrix, MatchesReference) {
   uint64_t seed = std::hash<std::string>{}(param_name({p, 0})) ^ ::testing::UnitTest::GetInstance()->random_seed();
   int n = 0;
   for (const ShapeCase& s : kShapes) {
-    check::Config c;
-    c.kernel = p.kernel;
-    c.dtype = p.dtype;
-    c.head_dim = p.head_dim;
-    c.causal = p.causal;
-    c.batch = s.batch;
-    c.seqlen_q = s.seqlen_q;
-    c.seqlen_k = s.seqlen_k;
-    c.heads_q = s.heads_q;
-    c.heads_kv = s.heads_kv;
+    check::Config c = matrix_config(p, s);
     c.layout = kLayouts[n++ % 3];
     check::CheckResult r;
     Status st = check::run_check(c, ++seed, kMaxRowsChecked, &r);
@@ -76,7 +36,8 @@ TEST_P(KernelMatrix, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllKernels, KernelMatrix, ::testing::ValuesIn(matrix()), param_name);
+INSTANTIATE_TEST_SUITE_P(AllKernels, KernelMatrix, ::testing::ValuesIn(matrix(kernel_names())),
+                         param_name);
 
 class PerKernel : public ::testing::TestWithParam<std::string> {
  protected:
