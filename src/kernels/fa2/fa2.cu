@@ -17,6 +17,8 @@ namespace {
 
 constexpr const char* kName = "fa2";
 
+// Shared memory per block that a head dim needs at least (the forward's small-smem shape).
+template <int D> using FwdSmallestShape = fa2::FwdShape<D, /*kSmallSmem=*/true>;
 template <template <int> class Shape>
 size_t smem_bytes(int head_dim) {
 #define HFA_FA2_SMEM(D) if (head_dim == D) return Shape<D>::kSmemBytes;
@@ -38,7 +40,7 @@ Status check_common(const FwdProblem& p, const DeviceInfo& device, size_t smem) 
 struct Fa2Forward {
   static constexpr const char* kName = "fa2";
   static Status check(const FwdProblem& p, const DeviceInfo& device) {
-    return check_common(p, device, smem_bytes<fa2::FwdShape>(p.head_dim));
+    return check_common(p, device, smem_bytes<FwdSmallestShape>(p.head_dim));
   }
   template <typename T, int D>
   static cudaError_t run(const FwdProblem& p, cudaStream_t s) { return fa2::launch_forward<T, D>(p, s); }

@@ -125,27 +125,29 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
   if (n_iters > 0) load_q_do(0, 0);
   cp_async_commit();
 
-  // LSE in base 2 and D of this lane's rows (g and g + 8 of each of the warp's 16-row tiles) in
-  // iteration it. Rows past the end and rows that saw no key get LSE = +inf: P = 0, no gradient.
+  // LSE and D of this lane's rows (g and g + 8 of each of the warp's 16-row tiles) in iteration
+  // it, as loaded: loaded one iteration ahead, converted only when used (lse_to_log2), so nothing
+  // waits for the loads until then. Rows past the end get LSE = +inf: P = 0, no gradient.
   using RowStats = float[kMT][2];
-  auto load_row_stats = [&](int it, RowStats& lse_log2, RowStats& row_dot) {
+  auto load_row_stats = [&](int it, RowStats& lse, RowStats& row_dot) {
     const int h = hk * group + it / m_count, q0 = (m_begin + it % m_count) * kBlockM;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = q0 + row_w + 16 * mt + lane / 4 + 8 * r;
-        lse_log2[mt][r] = INFINITY;
+        lse[mt][r] = INFINITY;
         row_dot[mt][r] = 0.f;
         if (row < p.seqlen_q) {
-          const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
-          if (lse != -INFINITY) lse_log2[mt][r] = lse * kLog2e;
+          lse[mt][r] = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
           row_dot[mt][r] = bp.row_dot[(static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + row];
         }
       }
   };
-  RowStats next_lse_log2, next_row_dot;
-  if (n_iters > 0) load_row_stats(0, next_lse_log2, next_row_dot);
+  // LSE in base 2; a row that saw no key (LSE = -inf) gets +inf too: P = 0.
+  auto lse_to_log2 = [](float lse) { return lse == -INFINITY ? INFINITY : lse * kLog2e; };
+  RowStats next_lse, next_row_dot;
+  if (n_iters > 0) load_row_stats(0, next_lse, next_row_dot);
 
   const float scale_log2 = p.softmax_scale * kLog2e;
   float dk[kMT][kKVTiles][4], dv[kMT][kKVTiles][4];
@@ -172,8 +174,9 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) lse_log2[mt][r] = next_lse_log2[mt][r], row_dot[mt][r] = next_row_dot[mt][r];
-    if (it + 1 < n_iters) load_row_stats(it + 1, next_lse_log2, next_row_dot);
+      for (int r = 0; r < 2; ++r)
+        lse_log2[mt][r] = lse_to_log2(next_lse[mt][r]), row_dot[mt][r] = next_row_dot[mt][r];
+    if (it + 1 < n_iters) load_row_stats(it + 1, next_lse, next_row_dot);
 
     {
       float s[kMT][kSTiles][4], dp[kMT][kSTiles][4];
@@ -215,16 +218,18 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
       zero(dq);
       warp_gemm<T, kMT, kDqChunkTiles, kBlockN, Stored::kRowMajor, Stored::kTransposed, TileP, TileKV>(
           dq, sdS, row_w, sK, col0);
+      // One address per row and constant offsets per n8 tile: the atomics of a row need no
+      // address arithmetic (and no register reused while an earlier atomic still reads it).
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int row = q0 + row_w + 16 * mt + lane / 4 + 8 * r;
           if (row >= p.seqlen_q) continue;
+          float* dst = dq_rows + static_cast<int64_t>(row) * D + col0 + 2 * (lane % 4);
 #pragma unroll
           for (int nt = 0; nt < kDqChunkTiles; ++nt)
-            atomic_add_pair(dq_rows + static_cast<int64_t>(row) * D + col0 + 8 * nt + 2 * (lane % 4),
-                            dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
+            atomic_add_pair(dst + 8 * nt, dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
         }
     }
     if constexpr (kStages == 1) {  // the only Q/dO buffer is free once every warp is done

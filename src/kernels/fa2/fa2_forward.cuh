@@ -7,13 +7,19 @@
 //   mask, running max m, P = exp2(S - m), rescale O          -> registers
 //   O += P V_j (P straight from the S registers as the A operand, V_j with ldmatrix.trans)
 // The 1/l normalisation is deferred to the end (the paper's tweak 1), which also writes LSE.
-// Loads: K and V have two buffers each; tile j+1 is issued (cp.async) right after the one barrier
-// of iteration j and lands while tile j computes.
+// Loads (cp.async), two schedules (FwdShape::kKVStages):
+//   2 buffers each for K and V: tile j+1 is issued right after the one barrier of iteration j and
+//     lands while tile j computes.
+//   1 buffer each (FA2's schedule, half the shared memory): V_j is issued at the start of
+//     iteration j and lands during S_j and the softmax; K_{j+1} is issued once every warp is done
+//     with K_j and lands during P V_j. Two barriers per tile.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/problem.h"
 #include "kernels/common/numeric.cuh"
@@ -43,20 +49,21 @@ __device__ __forceinline__ int forward_kv_tiles(const FwdProblem& p, int q0, int
   return n;
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocksPerSm)
+template <typename T, class Shape>
+__global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
     fa2_forward_kernel(FwdProblem p) {
-  using Shape = FwdShape<D>;
+  constexpr int D = Shape::kHeadDim;
   constexpr int kMT = Shape::kMTiles, kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN;
   constexpr int kThreads = Shape::kThreads;
   constexpr int kSTiles = kBlockN / 8, kOTiles = D / 8;  // n8 tiles of S and of O per row tile
   using TileQ = SwizzledTile<kBlockM, D>;
   using TileKV = SwizzledTile<kBlockN, D>;
 
+  constexpr int kStages = Shape::kKVStages;
   extern __shared__ uint4 smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
-  T* sK = sQ + TileQ::kElems;       // 2 buffers
-  T* sV = sK + 2 * TileKV::kElems;  // 2 buffers
+  T* sK = sQ + TileQ::kElems;             // kStages buffers
+  T* sV = sK + kStages * TileKV::kElems;  // kStages buffers
 
   const int q0 = blockIdx.x * kBlockM, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / p.group_size();
@@ -66,13 +73,19 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
   const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride;
   const int n_tiles = forward_kv_tiles(p, q0, kBlockM, kBlockN);
 
-  auto load_kv = [&](int tile, int buffer) {
-    const int k0 = tile * kBlockN;
-    load_rows_async<TileKV, kThreads>(sK + buffer * TileKV::kElems, k, p.k_row_stride, k0, p.seqlen_k);
-    load_rows_async<TileKV, kThreads>(sV + buffer * TileKV::kElems, v, p.v_row_stride, k0, p.seqlen_k);
+  auto load_k = [&](int tile) {
+    load_rows_async<TileKV, kThreads>(sK + (tile % kStages) * TileKV::kElems, k, p.k_row_stride,
+                                      tile * kBlockN, p.seqlen_k);
+  };
+  auto load_v = [&](int tile) {
+    load_rows_async<TileKV, kThreads>(sV + (tile % kStages) * TileKV::kElems, v, p.v_row_stride,
+                                      tile * kBlockN, p.seqlen_k);
   };
   load_rows_async<TileQ, kThreads>(sQ, q, p.q_row_stride, q0, p.seqlen_q);
-  if (n_tiles > 0) load_kv(0, 0);
+  if (n_tiles > 0) {
+    load_k(0);
+    if constexpr (kStages == 2) load_v(0);
+  }
   cp_async_commit();
 
   const float scale_log2 = p.softmax_scale * kLog2e;  // softmax in base 2 (exp2 is one MUFU op)
@@ -86,13 +99,17 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
 
   for (int j = 0; j < n_tiles; ++j) {
     const int k0 = j * kBlockN;
-    const T* sKj = sK + (j % 2) * TileKV::kElems;
-    const T* sVj = sV + (j % 2) * TileKV::kElems;
-    cp_async_wait<0>();  // this thread's copies of tile j (and Q) have landed
-    // Everyone's copies of tile j are visible, and every warp is done with tile j - 1, whose
-    // buffers tile j + 1 now overwrites.
+    const T* sKj = sK + (j % kStages) * TileKV::kElems;
+    const T* sVj = sV + (j % kStages) * TileKV::kElems;
+    cp_async_wait<0>();  // this thread's copies of K_j (and V_j with two stages, and Q) have landed
+    // Everyone's copies are visible, and every warp is done with tile j - 1, whose buffers the
+    // next loads overwrite.
     __syncthreads();
-    if (j + 1 < n_tiles) load_kv(j + 1, (j + 1) % 2);
+    if constexpr (kStages == 2) {
+      if (j + 1 < n_tiles) load_k(j + 1), load_v(j + 1);
+    } else {
+      load_v(j);
+    }
     cp_async_commit();
 
     float s[kMT][kSTiles][4];
@@ -140,6 +157,14 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
           for (int i = 0; i < 4; ++i) o[mt][nt][i] *= correction[mt][i / 2];
     }
 
+    if constexpr (kStages == 1) {
+      cp_async_wait<0>();  // V_j has landed
+      __syncthreads();     // everyone's V_j is visible and every warp is done with K_j
+      if (j + 1 < n_tiles) load_k(j + 1);
+      cp_async_commit();
+    }
+
+    const LaneOffsets<TileKV, FragmentKind::kBPairTrans> v_off(sVj, 0, 0);
 #pragma unroll
     for (int kk = 0; kk < kSTiles / 2; ++kk) {  // k16 steps over the tile's keys
       uint32_t a[kMT][4];
@@ -148,7 +173,7 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
 #pragma unroll
       for (int np = 0; np < kOTiles / 2; ++np) {
         uint32_t bv[2][2];
-        load_b_pair_trans<TileKV>(bv, sVj, 16 * np, 16 * kk);
+        v_off.load_pair(bv, 16 * kk, 2 * np);
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           mma_16816<T>(o[mt][2 * np], a[mt], bv[0]);
@@ -184,16 +209,41 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdShape<D>::kMinBlocks
 }
 
 // Host side: launch for one (dtype, head_dim); instantiated in fa2_hdim<D>.cu.
-template <typename T, int D>
-cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
-  using Shape = FwdShape<D>;
-  cudaError_t err = cudaFuncSetAttribute(fa2_forward_kernel<T, D>,
+template <typename T, class Shape>
+cudaError_t launch_forward_shape(const FwdProblem& p, cudaStream_t stream) {
+  cudaError_t err = cudaFuncSetAttribute(fa2_forward_kernel<T, Shape>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(Shape::kSmemBytes));
   if (err != cudaSuccess) return err;
   const dim3 grid(ceil_div(p.seqlen_q, Shape::kBlockM), p.heads_q, p.batch);
-  fa2_forward_kernel<T, D><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+  fa2_forward_kernel<T, Shape><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
+}
+
+// HFA_FA2_SMALL_SMEM=1 takes the small-smem shapes on any GPU: how the tests run them on GPUs
+// that would not choose them (the H100).
+inline bool force_small_smem_shape() {
+  static const bool force = [] {
+    const char* v = std::getenv("HFA_FA2_SMALL_SMEM");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return force;
+}
+
+template <typename T, int D>
+cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
+  if constexpr (kFwdHasSmallSmemShape<D>) {
+    // The shape by the current device's shared memory per block (the kernel check admitted the
+    // small one, so one of the two fits).
+    int device = 0, smem = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess)
+      err = cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (err != cudaSuccess) return err;
+    if (static_cast<size_t>(smem) < FwdShape<D>::kSmemBytes || force_small_smem_shape())
+      return launch_forward_shape<T, FwdShape<D, true>>(p, stream);
+  }
+  return launch_forward_shape<T, FwdShape<D>>(p, stream);
 }
 
 }  // namespace hfa::fa2

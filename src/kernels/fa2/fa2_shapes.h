@@ -10,23 +10,35 @@
 namespace hfa::fa2 {
 
 // Forward: BlockM = 16 * kMTiles * kWarps query rows per CTA, kBlockN keys per K/V tile; Q has one
-// buffer, K and V two each (tile j+1 loads while tile j computes; one barrier per tile).
-// Register budget (255 per thread, two CTAs of 4 warps per SM): O takes kMTiles * D / 2 fp32
-// registers and S kMTiles * kBlockN / 2. Two 16-row tiles per warp (each K/V fragment read from
-// shared memory feeds two MMAs) fit at d=64 with 64-key tiles (O 64 + S 64) and at d=128 with
-// 32-key tiles (O 128 + S 32: 237 registers; 64-key tiles spilled); d=256 keeps one (O 128 + S 16).
-// 16-key tiles at d=128 fit easily (213 registers) but ran 17% slower: per-tile softmax overhead.
-template <int D>
+// buffer, K and V kKVStages each (the two load schedules: fa2_forward.cuh).
+// Register budget (255 per thread): O takes kMTiles * D / 2 fp32 registers and S
+// kMTiles * kBlockN / 2. Two 16-row tiles per warp (each K/V fragment read from shared memory
+// feeds two MMAs) at d <= 128; d = 256 keeps one (O 128 + S 32) and takes 8 warps instead, so
+// that K and V tiles serve 128 query rows. Measured on the H100 (docs/WORKLOG.md, "FA2"), against
+// the earlier (d64: 64 keys, d128: 32 keys, d256: 4 warps x 32 keys, all double-buffered):
+//   d=64  128-key tiles, one buffer each:          +1%
+//   d=128 64-key tiles, two buffers:               +3%  (one buffer: +1%)
+//   d=256 8 warps, 64-key tiles, one buffer:       +11% (4 warps x 64 keys, one buffer: -9%)
+// kSmallSmem: the shape for GPUs with less than 128 KB of shared memory per block (sm86/sm89:
+// 99 KB); only d = 256 differs (its 8-warp shape takes 128 KB): the earlier 96 KB shape.
+template <int D, bool kSmallSmem = false>
 struct FwdShape {
-  static constexpr int kWarps = 4;
+  static constexpr int kHeadDim = D;
+  static constexpr bool kEightWarps = D == 256 && !kSmallSmem;
+  static constexpr int kWarps = kEightWarps ? 8 : 4;
   static constexpr int kMTiles = D == 256 ? 1 : 2;  // 16-row MMA tiles per warp
   static constexpr int kBlockM = 16 * kMTiles * kWarps;
-  static constexpr int kBlockN = D == 64 ? 64 : 32;
+  static constexpr int kBlockN = D == 64 ? 128 : (D == 256 && kSmallSmem) ? 32 : 64;
+  static constexpr int kKVStages = D == 128 || (D == 256 && kSmallSmem) ? 2 : 1;
   static constexpr int kThreads = 32 * kWarps;
-  // Two CTAs per SM: one CTA's GEMMs run while the other's warps are in the softmax or at a barrier.
-  static constexpr int kMinBlocksPerSm = 2;
-  static constexpr size_t kSmemBytes = size_t(kBlockM + 4 * kBlockN) * D * 2;
+  // 8 warps per SM either way: while one CTA's (or warp's) GEMMs run, another's softmax runs.
+  static constexpr int kMinBlocksPerSm = kWarps == 4 ? 2 : 1;
+  static constexpr size_t kSmemBytes = size_t(kBlockM + 2 * kKVStages * kBlockN) * D * 2;
 };
+// Whether FwdShape<D, true> is a shape of its own (else the kernel is instantiated once).
+template <int D>
+constexpr bool kFwdHasSmallSmemShape =
+    FwdShape<D, true>::kSmemBytes != FwdShape<D, false>::kSmemBytes;
 
 // Backward: one CTA per (KV block of kBlockN keys, KV head, batch), looping over the Q blocks of
 // kBlockM rows of every query head that shares the KV head; 8 warps, each owning 32 rows (two

@@ -46,80 +46,122 @@ __device__ __forceinline__ void load_rows_async(T* tile, const T* gmem, int64_t 
   }
 }
 
-// ---- Fragment loads (one warp). m0/n0/k0 are the tile coordinates of the fragment's corner. -----
+// ---- Fragment loads (one warp) -------------------------------------------------------------------
+//
+// Each ldmatrix.x4 reads one 16 x 16 block of a tile. Lane l supplies the address of one 16-byte
+// chunk, at row R + row_l and chunk C + chunk_l for the block's corner (R rows, C chunks of 8
+// elements; R % 8 == 0, C even) and the lane's place in the block (row_l < 16, chunk_l < 2), which
+// depends on the operand (FragmentKind). The swizzle makes the chunk's position nonlinear in C, but
+// only through C % 8: with y = chunk_l ^ (row_l % 8) the byte offset is
+//     2 Cols (R + row_l) + 16 (C & ~7) + 16 ((C % 8) ^ y).
+// So a LaneOffsets holds, per lane, the address for each of the four C % 8 in {0, 2, 4, 6}
+// ("phases"), and every load in a GEMM is one of them plus a term linear in R and C & ~7 that the
+// unrolled loops make a constant: no per-load index arithmetic in the hot loops.
 
-// A (16 x 16) at (m0, k0) of a tile stored [m][k].
-template <class Tile, typename T>
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int m0, int k0) {
-  const int lane = threadIdx.x % 32;
-  ldmatrix_x4(a, tile + Tile::offset(m0 + lane % 16, k0 + 8 * (lane / 16)));
-}
-// A (16 x 16) at (m0, k0) of a tile stored [k][m] (e.g. P^T from P stored [query][key]).
-template <class Tile, typename T>
-__device__ __forceinline__ void load_a_trans(uint32_t (&a)[4], const T* tile, int m0, int k0) {
-  const int lane = threadIdx.x % 32, mat = lane / 8;
-  ldmatrix_x4_trans(a, tile + Tile::offset(k0 + lane % 8 + 8 * (mat / 2), m0 + 8 * (mat % 2)));
-}
-// B of two n8 tiles (n0 and n0 + 8) x k16 at k0, from a tile stored [n][k] (e.g. K for Q K^T).
-template <class Tile, typename T>
-__device__ __forceinline__ void load_b_pair(uint32_t (&b)[2][2], const T* tile, int n0, int k0) {
-  const int lane = threadIdx.x % 32;
-  uint32_t r[4];
-  ldmatrix_x4(r, tile + Tile::offset(n0 + lane % 8 + 8 * (lane / 16), k0 + 8 * ((lane / 8) % 2)));
-  b[0][0] = r[0]; b[0][1] = r[1]; b[1][0] = r[2]; b[1][1] = r[3];
-}
-// The same from a tile stored [k][n] (e.g. V for P V).
-template <class Tile, typename T>
-__device__ __forceinline__ void load_b_pair_trans(uint32_t (&b)[2][2], const T* tile, int n0,
-                                                  int k0) {
-  const int lane = threadIdx.x % 32, mat = lane / 8;
-  uint32_t r[4];
-  ldmatrix_x4_trans(r, tile + Tile::offset(k0 + lane % 8 + 8 * (mat % 2), n0 + 8 * (mat / 2)));
-  b[0][0] = r[0]; b[0][1] = r[1]; b[1][0] = r[2]; b[1][1] = r[3];
-}
+// How a fragment is read (mma.cuh has the fragment layouts):
+//   kA:       A (16 x 16) from a tile stored [m][k]
+//   kATrans:  A from a tile stored [k][m] (e.g. P^T from P stored [query][key])
+//   kBPair:   B of two n8 tiles (n16 x k16) from a tile stored [n][k] (e.g. K for Q K^T)
+//   kBPairTrans: the same from a tile stored [k][n] (e.g. V for P V)
+// The block's rows are the tile's rows: m or n for kA/kBPair, k for the transposed kinds.
+enum class FragmentKind { kA, kATrans, kBPair, kBPairTrans };
+
+template <class Tile, FragmentKind Kind>
+struct LaneOffsets {
+  static constexpr bool kTransposed = Kind == FragmentKind::kATrans || Kind == FragmentKind::kBPairTrans;
+  static constexpr uint32_t kRowBytes = 2 * Tile::kCols;
+  uint32_t phase[4];
+
+  // The block corner (row0, chunk0) is runtime (a warp's offset). chunk0 % 8 is folded into the
+  // phases, which is exact as long as the compile-time chunk steps added later (at()) never carry
+  // into it: warp offsets that are multiples of the warp's extent (a power of two) guarantee that.
+  __device__ LaneOffsets(const void* tile, int row0, int chunk0) {
+    const int lane = threadIdx.x % 32, mat = lane / 8;
+    int row_l, chunk_l;
+    switch (Kind) {
+      case FragmentKind::kA:           row_l = lane % 16;                chunk_l = lane / 16; break;
+      case FragmentKind::kATrans:      row_l = lane % 8 + 8 * (mat / 2); chunk_l = mat % 2;   break;
+      case FragmentKind::kBPair:       row_l = lane % 8 + 8 * (mat / 2); chunk_l = mat % 2;   break;
+      case FragmentKind::kBPairTrans:  row_l = lane % 8 + 8 * (mat % 2); chunk_l = mat / 2;   break;
+    }
+    const uint32_t base = smem_u32(tile) + kRowBytes * (row0 + row_l) + 16 * (chunk0 & ~7);
+    const int y = chunk_l ^ (row_l % 8) ^ (chunk0 % 8);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) phase[p] = base + 16 * ((2 * p) ^ y);
+  }
+
+  // Address of the block at (row0 + dr, chunk0 + dc), plus `bytes` (a runtime step that is a
+  // multiple of 128 bytes for row-major k: 8 chunks, or of whole rows). dr and dc are constants
+  // of the caller's unrolled loops (dc selects the phase): dr % 8 == 0, dc even.
+  __device__ uint32_t at(int dr, int dc, uint32_t bytes) const {
+    return phase[(dc % 8) / 2] + kRowBytes * dr + 16 * (dc & ~7) + bytes;
+  }
+  __device__ void load(uint32_t (&r)[4], int dr, int dc, uint32_t bytes = 0) const {
+    if constexpr (kTransposed)
+      ldmatrix_x4_trans(r, at(dr, dc, bytes));
+    else
+      ldmatrix_x4(r, at(dr, dc, bytes));
+  }
+  // kBPair / kBPairTrans: the B fragments of the two n8 tiles.
+  __device__ void load_pair(uint32_t (&b)[2][2], int dr, int dc, uint32_t bytes = 0) const {
+    uint32_t r[4];
+    load(r, dr, dc, bytes);
+    b[0][0] = r[0]; b[0][1] = r[1]; b[1][0] = r[2]; b[1][1] = r[3];
+  }
+};
 
 // Which way an operand is stored in its tile.
 enum class Stored { kRowMajor, kTransposed };
 
-// One k16 step of a warp GEMM: acc (16 MT x 8 NT, this warp's fragments) += A (16 MT x 16, rows
-// from a_m0, k from k0) * B (16 x 8 NT, columns from b_n0, k from k0), both from shared memory.
+// A warp GEMM over shared memory: acc (16 MT x 8 NT, this warp's fragments) += A (16 MT x K, rows
+// from a_m0) * B (K x 8 NT, columns from b_n0).
 //   A stored kRowMajor: tile [m][k];  kTransposed: tile [k][m].
 //   B stored kRowMajor: tile [n][k] (B^T row-major, as K in Q K^T);  kTransposed: tile [k][n].
-template <typename T, int MT, int NT, Stored AStore, Stored BStore, class TileA, class TileB>
-__device__ __forceinline__ void warp_gemm_step(float (&acc)[MT][NT][4], const T* sA, int a_m0,
-                                               const T* sB, int b_n0, int k0) {
-  static_assert(NT % 2 == 0, "B is loaded in pairs of n8 tiles");
-  uint32_t a[MT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    if constexpr (AStore == Stored::kRowMajor)
-      load_a<TileA>(a[mt], sA, a_m0 + 16 * mt, k0);
-    else
-      load_a_trans<TileA>(a[mt], sA, a_m0 + 16 * mt, k0);
-  }
-#pragma unroll
-  for (int np = 0; np < NT / 2; ++np) {
-    uint32_t b[2][2];
-    if constexpr (BStore == Stored::kRowMajor)
-      load_b_pair<TileB>(b, sB, b_n0 + 16 * np, k0);
-    else
-      load_b_pair_trans<TileB>(b, sB, b_n0 + 16 * np, k0);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      mma_16816<T>(acc[mt][2 * np], a[mt], b[0]);
-      mma_16816<T>(acc[mt][2 * np + 1], a[mt], b[1]);
-    }
-  }
-}
-
-// The whole GEMM: k over [0, K) in steps of 16.
+// a_m0 and b_n0 must be multiples of the warp's extent (16 MT and 8 NT; LaneOffsets). k runs in
+// blocks of 64 (4 unrolled k16 steps, one per phase of the row-major operands); full unrolling
+// made ptxas hoist enough fragments to spill the d=128 backward on sm80.
 template <typename T, int MT, int NT, int K, Stored AStore, Stored BStore, class TileA, class TileB>
 __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, int a_m0,
                                           const T* sB, int b_n0) {
-  static_assert(K % 16 == 0, "k in steps of 16");
-#pragma unroll 4  // fully unrolled, ptxas hoisted enough fragments to spill the d=128 backward on sm80
-  for (int k0 = 0; k0 < K; k0 += 16)
-    warp_gemm_step<T, MT, NT, AStore, BStore, TileA, TileB>(acc, sA, a_m0, sB, b_n0, k0);
+  static_assert(NT % 2 == 0, "B is loaded in pairs of n8 tiles");
+  static_assert((MT & (MT - 1)) == 0 && (NT & (NT - 1)) == 0, "warp extents are powers of two");
+  static_assert(K % 64 == 0, "k in blocks of 64");
+  constexpr bool kATrans = AStore == Stored::kTransposed, kBTrans = BStore == Stored::kTransposed;
+  using AOffsets = LaneOffsets<TileA, kATrans ? FragmentKind::kATrans : FragmentKind::kA>;
+  using BOffsets = LaneOffsets<TileB, kBTrans ? FragmentKind::kBPairTrans : FragmentKind::kBPair>;
+  const AOffsets a_off = kATrans ? AOffsets(sA, 0, a_m0 / 8) : AOffsets(sA, a_m0, 0);
+  const BOffsets b_off = kBTrans ? BOffsets(sB, 0, b_n0 / 8) : BOffsets(sB, b_n0, 0);
+#pragma unroll 1
+  for (int k64 = 0; k64 < K; k64 += 64) {
+    // Row-major operands step through chunks as k grows (16 bytes per 8 elements of k), transposed
+    // ones through rows.
+    const uint32_t a_step = kATrans ? AOffsets::kRowBytes * k64 : 2 * k64;
+    const uint32_t b_step = kBTrans ? BOffsets::kRowBytes * k64 : 2 * k64;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {  // k16 step k64 + 16 u
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (kATrans)
+          a_off.load(a[mt], 16 * u, 2 * mt, a_step);
+        else
+          a_off.load(a[mt], 16 * mt, 2 * u, a_step);
+      }
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        uint32_t b[2][2];
+        if constexpr (kBTrans)
+          b_off.load_pair(b, 16 * u, 2 * np, b_step);
+        else
+          b_off.load_pair(b, 16 * np, 2 * u, b_step);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(acc[mt][2 * np], a[mt], b[0]);
+          mma_16816<T>(acc[mt][2 * np + 1], a[mt], b[1]);
+        }
+      }
+    }
+  }
 }
 
 template <int MT, int NT>
