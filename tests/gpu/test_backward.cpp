@@ -84,6 +84,9 @@ TEST_P(BackwardPerKernel, CustomSoftmaxScale) {
   check::Config c = small(77, 90, 2, 2);
   c.softmax_scale = -0.37f;  // negative: the max of the scaled scores is not the scaled max
   expect_backward_pass(c, 24);
+  c.causal = true;  // zero: masked scores must not become 0 * -inf = NaN
+  c.softmax_scale = 0.f;
+  expect_backward_pass(c, 27);
 }
 
 // seqlen_q == 0: dk = dv = 0. seqlen_k == 0: dq = 0 (every row sees no key).

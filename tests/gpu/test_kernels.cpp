@@ -64,6 +64,21 @@ TEST_P(PerKernel, CustomSoftmaxScale) {
   EXPECT_TRUE(r.pass) << r.message;
 }
 
+// Zero and negative scales are allowed: the max of the scaled scores is then not the scaled max
+// of the raw ones (kernels that fold the scale into the exponent's FMA must notice), and a masked
+// score times a zero scale must not become NaN. Causal, so that masked scores exist.
+TEST_P(PerKernel, ZeroAndNegativeSoftmaxScale) {
+  HFA_SKIP_WITHOUT_GPU();
+  for (const float scale : {-0.37f, 0.f}) {
+    check::Config c = small(77, 90, 2, 2);
+    c.causal = true;
+    c.softmax_scale = scale;
+    check::CheckResult r;
+    ASSERT_TRUE(check::run_check(c, 16, 0, &r).ok());
+    EXPECT_TRUE(r.pass) << "softmax_scale " << scale << ": " << r.message;
+  }
+}
+
 // The checker itself can fail: a kernel run with a wrong scale or a wrong mask must be caught.
 TEST_P(PerKernel, CheckerCatchesWrongResults) {
   HFA_SKIP_WITHOUT_GPU();

@@ -186,14 +186,15 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
           s, sQi, row_w, sK, s_col_w);
       warp_gemm<T, kMT, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
           dp, sdOi, row_w, sV, s_col_w);
-      scale_and_mask(s, scale_log2, p, q0, k0, kBlockN, q0 + row_w, k0 + s_col_w);
+      const float factor =
+          fold_scale_and_mask(s, scale_log2, p, q0, k0, kBlockN, q0 + row_w, k0 + s_col_w);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < kSTiles; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const float prob = exp2_approx(s[mt][nt][i] - lse_log2[mt][i / 2]);
+            const float prob = exp2_approx(fmaf(s[mt][nt][i], factor, -lse_log2[mt][i / 2]));
             s[mt][nt][i] = prob;                                         // P
             dp[mt][nt][i] = prob * (dp[mt][nt][i] - row_dot[mt][i / 2]);  // dS (without the scale)
           }

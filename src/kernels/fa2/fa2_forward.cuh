@@ -117,9 +117,10 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
     warp_gemm<T, kMT, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
         s, sQ, warp_m0, sKj, 0);
 
-    scale_and_mask(s, scale_log2, p, q0, k0, kBlockN, q0 + warp_m0, k0);
+    const float factor = fold_scale_and_mask(s, scale_log2, p, q0, k0, kBlockN, q0 + warp_m0, k0);
 
-    // Online softmax, per row: new max, rescale what was accumulated, P = exp2(S - max).
+    // Online softmax, per row: new max, rescale what was accumulated, P = exp2(S - max). The
+    // maxima are kept unscaled (fragment_mask.cuh: factor).
     float correction[kMT][2];
     bool max_moved = false;
 #pragma unroll
@@ -132,8 +133,8 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
           mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
         mx = quad_max(mx);
         // A row with no visible key so far keeps max -inf: subtract 0 so exp2 gives 0, not NaN.
-        const float base = mx == -INFINITY ? 0.f : mx;
-        correction[mt][r] = exp2_approx(row_max[mt][r] - base);
+        const float base = mx == -INFINITY ? 0.f : mx * factor;
+        correction[mt][r] = exp2_approx(fmaf(row_max[mt][r], factor, -base));
         max_moved = max_moved || mx != row_max[mt][r];
         row_max[mt][r] = mx;
         float sum = 0.f;
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
         for (int nt = 0; nt < kSTiles; ++nt)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            s[mt][nt][2 * r + c] = exp2_approx(s[mt][nt][2 * r + c] - base);
+            s[mt][nt][2 * r + c] = exp2_approx(fmaf(s[mt][nt][2 * r + c], factor, -base));
             sum += s[mt][nt][2 * r + c];
           }
         row_sum[mt][r] = row_sum[mt][r] * correction[mt][r] + sum;  // quad's sum: at the end
@@ -199,7 +200,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
       const int row = q0 + warp_m0 + 16 * mt + lane / 4 + 8 * r;
       if (p.lse && lane % 4 == 0 && row < p.seqlen_q)
         p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride] =
-            l > 0.f ? (row_max[mt][r] + log2f(l)) * kLn2 : -INFINITY;
+            l > 0.f ? (row_max[mt][r] * exponent_factor(scale_log2) + log2f(l)) * kLn2 : -INFINITY;
     }
   __syncthreads();  // sQ is free: stage O there for 16-byte stores
   store_c<TileQ>(sQ, o, warp_m0, 0);

@@ -35,20 +35,32 @@ __device__ __forceinline__ void apply_mask(float (&acc)[MT][NT][4], int row0, in
       }
 }
 
-// Scores into the base-2 softmax domain (S * scale * log2 e), then the mask where the block of
-// scores at (q0, k0) with block_n keys needs one; acc's rows start at row0 and its keys at col0.
+// The scale into the base-2 softmax domain (scale * log2 e) and the mask where the block of scores
+// at (q0, k0) with block_n keys needs one; acc's rows start at row0 and its keys at col0.
+// Returns the factor the caller multiplies the scores by inside the exponent's FFMA,
+// exp2(fma(s, factor, -max)): scale_log2 itself when it is positive, which saves one multiply per
+// score (the row max of the raw scores, times factor, is the max of the scaled ones). A zero or
+// negative scale (allowed, if odd) would break that (and 0 * -inf is NaN), so those scores are
+// scaled here first and the factor is 1.
+__device__ __forceinline__ float exponent_factor(float scale_log2) {
+  return scale_log2 > 0.f ? scale_log2 : 1.f;
+}
 template <int MT, int NT>
-__device__ __forceinline__ void scale_and_mask(float (&acc)[MT][NT][4], float scale_log2,
-                                               const FwdProblem& p, int q0, int k0, int block_n,
-                                               int row0, int col0) {
+__device__ __forceinline__ float fold_scale_and_mask(float (&acc)[MT][NT][4], float scale_log2,
+                                                     const FwdProblem& p, int q0, int k0,
+                                                     int block_n, int row0, int col0) {
+  const float factor = exponent_factor(scale_log2);
+  if (!(scale_log2 > 0.f)) {
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] *= scale_log2;
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] *= scale_log2;
+  }
   if (block_needs_mask(q0, k0, block_n, p.seqlen_k, p.causal, p.causal_offset()))
     apply_mask(acc, row0, col0, p.seqlen_k, p.causal, p.causal_offset());
+  return factor;
 }
 
 }  // namespace hfa::sm80

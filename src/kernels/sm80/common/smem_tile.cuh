@@ -31,18 +31,23 @@ struct SwizzledTile {
 // Copies rows [row0, row0 + Rows) of a (seqlen, Cols) slice into `tile` with cp.async; rows at or
 // past `rows_valid` become zeros (so masked keys multiply zeros, never stale data). All `Threads`
 // threads of the CTA take part; the caller commits and waits.
+// Each thread copies one chunk column, every kRowsPerPass-th row, through one running pointer:
+// the step is made opaque to the compiler, which otherwise precomputes every copy's 64-bit address
+// once and holds them (or spills them) across the caller's whole loop.
 template <class Tile, int Threads, typename T>
 __device__ __forceinline__ void load_rows_async(T* tile, const T* gmem, int64_t row_stride,
                                                 int row0, int rows_valid) {
-  constexpr int kChunks = Tile::kRows * Tile::kChunksPerRow;
-  static_assert(kChunks % Threads == 0, "every thread copies the same number of chunks");
+  static_assert(Threads % Tile::kChunksPerRow == 0, "a pass of all threads covers whole rows");
+  constexpr int kRowsPerPass = Threads / Tile::kChunksPerRow;
+  static_assert(Tile::kRows % kRowsPerPass == 0, "every thread copies the same number of chunks");
+  const int r = threadIdx.x / Tile::kChunksPerRow, c = threadIdx.x % Tile::kChunksPerRow;
+  int64_t step = kRowsPerPass * row_stride;
+  asm volatile("" : "+l"(step));
+  const T* src = gmem + (row0 + r) * row_stride + c * 8;
 #pragma unroll
-  for (int i = 0; i < kChunks / Threads; ++i) {
-    const int idx = threadIdx.x + i * Threads;
-    const int r = idx / Tile::kChunksPerRow, c = idx % Tile::kChunksPerRow;
-    const bool valid = row0 + r < rows_valid;
-    const T* src = valid ? gmem + (row0 + r) * row_stride + c * 8 : gmem;
-    cp_async_16(tile + Tile::offset(r, c * 8), src, valid);
+  for (int i = 0; i < Tile::kRows / kRowsPerPass; ++i, src += step) {
+    const bool valid = row0 + r + i * kRowsPerPass < rows_valid;
+    cp_async_16(tile + Tile::offset(r + i * kRowsPerPass, c * 8), valid ? src : gmem, valid);
   }
 }
 
