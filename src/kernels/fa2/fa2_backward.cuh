@@ -112,8 +112,19 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
   const int m_count = max(0, ceil_div(p.seqlen_q, kBlockM) - m_begin);
   const int n_iters = group * m_count;  // (query head of the group, Q block) pairs
 
-  auto load_q_do = [&](int it, int stage) {
-    const int h = hk * group + it / m_count, q0 = (m_begin + it % m_count) * kBlockM;
+  // Iteration it works on query head h and the Q block starting at row q0; the next iteration's
+  // (h, q0) is kept alongside (no integer division per iteration).
+  struct QBlock {
+    int h, q0;
+  };
+  const int q_end = (m_begin + m_count) * kBlockM;
+  auto next_block = [&](QBlock blk) {
+    blk.q0 += kBlockM;
+    if (blk.q0 == q_end) blk.q0 = m_begin * kBlockM, ++blk.h;
+    return blk;
+  };
+  auto load_q_do = [&](QBlock blk, int stage) {
+    const int h = blk.h, q0 = blk.q0;
     const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
     const T* dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride + h * bp.do_head_stride;
     load_rows_async<TileQ, kThreads>(sQ + stage * TileQ::kElems, q, p.q_row_stride, q0, p.seqlen_q);
@@ -122,15 +133,16 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
   };
   load_rows_async<TileKV, kThreads>(sK, k, p.k_row_stride, k0, p.seqlen_k);
   load_rows_async<TileKV, kThreads>(sV, v, p.v_row_stride, k0, p.seqlen_k);
-  if (n_iters > 0) load_q_do(0, 0);
+  QBlock cur{hk * group, m_begin * kBlockM};
+  if (n_iters > 0) load_q_do(cur, 0);
   cp_async_commit();
 
   // LSE and D of this lane's rows (g and g + 8 of each of the warp's 16-row tiles) in iteration
   // it, as loaded: loaded one iteration ahead, converted only when used (lse_to_log2), so nothing
   // waits for the loads until then. Rows past the end get LSE = +inf: P = 0, no gradient.
   using RowStats = float[kMT][2];
-  auto load_row_stats = [&](int it, RowStats& lse, RowStats& row_dot) {
-    const int h = hk * group + it / m_count, q0 = (m_begin + it % m_count) * kBlockM;
+  auto load_row_stats = [&](QBlock blk, RowStats& lse, RowStats& row_dot) {
+    const int h = blk.h, q0 = blk.q0;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -147,7 +159,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
   // LSE in base 2; a row that saw no key (LSE = -inf) gets +inf too: P = 0.
   auto lse_to_log2 = [](float lse) { return lse == -INFINITY ? INFINITY : lse * kLog2e; };
   RowStats next_lse, next_row_dot;
-  if (n_iters > 0) load_row_stats(0, next_lse, next_row_dot);
+  if (n_iters > 0) load_row_stats(cur, next_lse, next_row_dot);
 
   const float scale_log2 = p.softmax_scale * kLog2e;
   float dk[kMT][kKVTiles][4], dv[kMT][kKVTiles][4];
@@ -161,12 +173,12 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
     // and (two stages) the Q/dO buffer that block it + 1 now loads into.
     __syncthreads();
     if constexpr (kStages == 2) {
-      if (it + 1 < n_iters) load_q_do(it + 1, (it + 1) % 2);
+      if (it + 1 < n_iters) load_q_do(next_block(cur), (it + 1) % 2);
       cp_async_commit();
     }
     const T* sQi = sQ + stage * TileQ::kElems;
     const T* sdOi = sdO + stage * TileQ::kElems;
-    const int h = hk * group + it / m_count, q0 = (m_begin + it % m_count) * kBlockM;
+    const int h = cur.h, q0 = cur.q0;
 
     // This iteration's row statistics were loaded one iteration ago; load the next one's now, so
     // the global-load latency hides behind this block's GEMMs.
@@ -176,7 +188,7 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
 #pragma unroll
       for (int r = 0; r < 2; ++r)
         lse_log2[mt][r] = lse_to_log2(next_lse[mt][r]), row_dot[mt][r] = next_row_dot[mt][r];
-    if (it + 1 < n_iters) load_row_stats(it + 1, next_lse, next_row_dot);
+    if (it + 1 < n_iters) load_row_stats(next_block(cur), next_lse, next_row_dot);
 
     {
       float s[kMT][kSTiles][4], dp[kMT][kSTiles][4];
@@ -211,33 +223,38 @@ __global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(Bwd
 
     // dQ_i += dS K_j, added into the fp32 workspace (other KV blocks add to the same rows); in
     // chunks of 64 columns so that d=256 does not need 64 more registers.
-    float* dq_rows = bp.dq_accum + (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q * D;
+    {
+      // One base address per iteration; each of the lane's rows and n8 tiles is a constant offset.
+      const int row0 = q0 + row_w + lane / 4;
+      const int64_t first = (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + row0;
+      float* dq_lane = bp.dq_accum + first * D +
+                       dq_col_w + 2 * (lane % 4);
 #pragma unroll
-    for (int chunk = 0; chunk < kDqTiles / kDqChunkTiles; ++chunk) {
-      const int col0 = dq_col_w + chunk * 8 * kDqChunkTiles;
-      float dq[kMT][kDqChunkTiles][4];
-      zero(dq);
-      warp_gemm<T, kMT, kDqChunkTiles, kBlockN, Stored::kRowMajor, Stored::kTransposed, TileP, TileKV>(
-          dq, sdS, row_w, sK, col0);
-      // One address per row and constant offsets per n8 tile: the atomics of a row need no
-      // address arithmetic (and no register reused while an earlier atomic still reads it).
+      for (int chunk = 0; chunk < kDqTiles / kDqChunkTiles; ++chunk) {
+        const int col0 = dq_col_w + chunk * 8 * kDqChunkTiles;
+        float dq[kMT][kDqChunkTiles][4];
+        zero(dq);
+        warp_gemm<T, kMT, kDqChunkTiles, kBlockN, Stored::kRowMajor, Stored::kTransposed, TileP, TileKV>(
+            dq, sdS, row_w, sK, col0);
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
+        for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = q0 + row_w + 16 * mt + lane / 4 + 8 * r;
-          if (row >= p.seqlen_q) continue;
-          float* dst = dq_rows + static_cast<int64_t>(row) * D + col0 + 2 * (lane % 4);
+          for (int r = 0; r < 2; ++r) {
+            const int dr = 16 * mt + 8 * r;
+            if (row0 + dr >= p.seqlen_q) continue;
 #pragma unroll
-          for (int nt = 0; nt < kDqChunkTiles; ++nt)
-            atomic_add_pair(dst + 8 * nt, dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
-        }
+            for (int nt = 0; nt < kDqChunkTiles; ++nt)
+              atomic_add_pair(dq_lane + dr * D + chunk * 8 * kDqChunkTiles + 8 * nt,
+                              dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
+          }
+      }
     }
     if constexpr (kStages == 1) {  // the only Q/dO buffer is free once every warp is done
       __syncthreads();
-      if (it + 1 < n_iters) load_q_do(it + 1, 0);
+      if (it + 1 < n_iters) load_q_do(next_block(cur), 0);
       cp_async_commit();
     }
+    cur = next_block(cur);
   }
   cp_async_wait<0>();
   __syncthreads();

@@ -158,6 +158,15 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
           for (int i = 0; i < 4; ++i) o[mt][nt][i] *= correction[mt][i / 2];
     }
 
+    // P as the A operand of P V, rounded to T now: half the registers of the fp32 scores, which
+    // would otherwise stay live across the barrier below (at d=64 they spilled).
+    uint32_t pa[kMT][kSTiles / 2][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < kSTiles / 2; ++kk)
+        c_pair_to_a<T>(s[mt][2 * kk], s[mt][2 * kk + 1], pa[mt][kk]);
+
     if constexpr (kStages == 1) {
       cp_async_wait<0>();  // V_j has landed
       __syncthreads();     // everyone's V_j is visible and every warp is done with K_j
@@ -168,17 +177,14 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
     const LaneOffsets<TileKV, FragmentKind::kBPairTrans> v_off(sVj, 0, 0);
 #pragma unroll
     for (int kk = 0; kk < kSTiles / 2; ++kk) {  // k16 steps over the tile's keys
-      uint32_t a[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) c_pair_to_a<T>(s[mt][2 * kk], s[mt][2 * kk + 1], a[mt]);
 #pragma unroll
       for (int np = 0; np < kOTiles / 2; ++np) {
         uint32_t bv[2][2];
         v_off.load_pair(bv, 16 * kk, 2 * np);
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          mma_16816<T>(o[mt][2 * np], a[mt], bv[0]);
-          mma_16816<T>(o[mt][2 * np + 1], a[mt], bv[1]);
+          mma_16816<T>(o[mt][2 * np], pa[mt][kk], bv[0]);
+          mma_16816<T>(o[mt][2 * np + 1], pa[mt][kk], bv[1]);
         }
       }
     }

@@ -16,11 +16,12 @@ namespace hfa::fa2 {
 // feeds two MMAs) at d <= 128; d = 256 keeps one (O 128 + S 32) and takes 8 warps instead, so
 // that K and V tiles serve 128 query rows. Measured on the H100 (docs/WORKLOG.md, "FA2"), against
 // the earlier (d64: 64 keys, d128: 32 keys, d256: 4 warps x 32 keys, all double-buffered):
-//   d=64  128-key tiles, one buffer each:          +1%
+//   d=64  128-key tiles, one buffer each:          +1%  (+6% over 64 keys once loads were lean)
 //   d=128 64-key tiles, two buffers:               +3%  (one buffer: +1%)
-//   d=256 8 warps, 64-key tiles, one buffer:       +11% (4 warps x 64 keys, one buffer: -9%)
-// kSmallSmem: the shape for GPUs with less than 128 KB of shared memory per block (sm86/sm89:
-// 99 KB); only d = 256 differs (its 8-warp shape takes 128 KB): the earlier 96 KB shape.
+//   d=256 8 warps, 64-key tiles:                   +11% with one buffer, +3% more with two
+//         (4 warps x 64 keys, one buffer: -9%)
+// kSmallSmem: the shape for GPUs with less shared memory per block than the d = 256 shape's
+// 192 KB (A100: 163 KB, sm86/sm89: 99 KB); only d = 256 differs: the earlier 96 KB shape.
 template <int D, bool kSmallSmem = false>
 struct FwdShape {
   static constexpr int kHeadDim = D;
@@ -29,7 +30,7 @@ struct FwdShape {
   static constexpr int kMTiles = D == 256 ? 1 : 2;  // 16-row MMA tiles per warp
   static constexpr int kBlockM = 16 * kMTiles * kWarps;
   static constexpr int kBlockN = D == 64 ? 128 : (D == 256 && kSmallSmem) ? 32 : 64;
-  static constexpr int kKVStages = D == 128 || (D == 256 && kSmallSmem) ? 2 : 1;
+  static constexpr int kKVStages = D == 128 || D == 256 ? 2 : 1;
   static constexpr int kThreads = 32 * kWarps;
   // 8 warps per SM either way: while one CTA's (or warp's) GEMMs run, another's softmax runs.
   static constexpr int kMinBlocksPerSm = kWarps == 4 ? 2 : 1;
@@ -52,7 +53,7 @@ struct BwdShape {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMTiles = 2;  // 16-row MMA tiles per warp, in every GEMM
-  static constexpr int kBlockM = 64;
+  static constexpr int kBlockM = D == 64 ? 128 : 64;
   static constexpr int kBlockN = D == 256 ? 64 : 128;
   static constexpr int kStages = D == 256 ? 1 : 2;
   static constexpr int kSRowWarps = kBlockM / (16 * kMTiles);
@@ -62,7 +63,7 @@ struct BwdShape {
   static constexpr size_t kSmemBytes =
       size_t(2 * kBlockN * D + kStages * 2 * kBlockM * D + 2 * kBlockM * kBlockN) * 2;
   // dK and dV are staged for their stores in the Q and dO buffers.
-  static_assert(kStages * kBlockM == kBlockN, "a (BlockN x D) tile fits in the Q/dO buffers");
+  static_assert(kBlockN <= kStages * kBlockM, "a (BlockN x D) tile fits in the Q/dO buffers");
 };
 
 }  // namespace hfa::fa2
