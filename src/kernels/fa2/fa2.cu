@@ -17,8 +17,9 @@ namespace {
 
 constexpr const char* kName = "fa2";
 
-// Shared memory per block that a head dim needs at least (the forward's small-smem shape).
+// Shared memory per block that a head dim needs at least (the small-smem shapes).
 template <int D> using FwdSmallestShape = fa2::FwdShape<D, /*kSmallSmem=*/true>;
+template <int D> using BwdSmallestShape = fa2::BwdShape<D, /*kSmallSmem=*/true>;
 template <template <int> class Shape>
 size_t smem_bytes(int head_dim) {
 #define HFA_FA2_SMEM(D) if (head_dim == D) return Shape<D>::kSmemBytes;
@@ -53,7 +54,7 @@ struct Fa2Backward {
 
 Status check_backward(const BwdProblem& bp, const DeviceInfo& device) {
   const FwdProblem& p = bp.fwd;
-  HFA_RETURN_IF_ERROR(check_common(p, device, smem_bytes<fa2::BwdShape>(p.head_dim)));
+  HFA_RETURN_IF_ERROR(check_common(p, device, smem_bytes<BwdSmallestShape>(p.head_dim)));
   HFA_RETURN_IF_ERROR(check_16B_operand(kName, "dout", bp.dout, bp.do_batch_stride, bp.do_row_stride, bp.do_head_stride, p.dtype));
   HFA_RETURN_IF_ERROR(check_16B_operand(kName, "dq", bp.dq, bp.dq_batch_stride, bp.dq_row_stride, bp.dq_head_stride, p.dtype));
   HFA_RETURN_IF_ERROR(check_16B_operand(kName, "dk", bp.dk, bp.dk_batch_stride, bp.dk_row_stride, bp.dk_head_stride, p.dtype));

@@ -71,10 +71,10 @@ __device__ __forceinline__ int backward_first_q_block(const FwdProblem& p, int k
   return first_row <= 0 ? 0 : first_row / block_m;
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(BwdShape<D>::kThreads) fa2_backward_kernel(BwdProblem bp) {
+template <typename T, class Shape>
+__global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProblem bp) {
   const FwdProblem& p = bp.fwd;
-  using Shape = BwdShape<D>;
+  constexpr int D = Shape::kHeadDim;
   constexpr int kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN, kStages = Shape::kStages;
   constexpr int kThreads = Shape::kThreads;
   // Per warp: 16-row MMA tiles, and n8 tiles of S and dP, of dK and dV, and of dQ (added 64
@@ -300,11 +300,22 @@ __global__ void fa2_convert_dq_kernel(BwdProblem bp) {
   *reinterpret_cast<uint4*>(dq) = pack8<T>(scaled);
 }
 
-// Host side: the three launches for one (dtype, head_dim), with bp's workspace already allocated
-// and dq_accum zeroed; instantiated in fa2_hdim<D>.cu.
+// Host side: the main kernel in one shape, then the three launches for one (dtype, head_dim), with
+// bp's workspace already allocated and dq_accum zeroed; instantiated in fa2_hdim<D>.cu.
+template <typename T, class Shape>
+cudaError_t launch_backward_shape(const BwdProblem& bp, cudaStream_t stream) {
+  cudaError_t err = cudaFuncSetAttribute(fa2_backward_kernel<T, Shape>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(Shape::kSmemBytes));
+  if (err != cudaSuccess) return err;
+  fa2_backward_kernel<T, Shape>
+      <<<dim3(ceil_div(bp.fwd.seqlen_k, Shape::kBlockN), bp.fwd.heads_kv, bp.fwd.batch),
+         Shape::kThreads, Shape::kSmemBytes, stream>>>(bp);
+  return cudaGetLastError();
+}
+
 template <typename T, int D>
 cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream) {
-  using Shape = BwdShape<D>;
   const FwdProblem& p = bp.fwd;
   // seqlen_q == 0 still launches the main kernel (dK = dV = 0); seqlen_k == 0 the convert (dQ = 0).
   if (p.seqlen_q > 0) {
@@ -313,13 +324,14 @@ cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream) {
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   if (p.seqlen_k > 0) {
-    cudaError_t err = cudaFuncSetAttribute(fa2_backward_kernel<T, D>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(Shape::kSmemBytes));
+    bool small = false;
+    cudaError_t err = cudaSuccess;
+    if constexpr (kHasSmallSmemShape<BwdShape, D>) {
+      err = use_small_smem_shape(BwdShape<D>::kSmemBytes, &small);
+      if (err == cudaSuccess && small) err = launch_backward_shape<T, BwdShape<D, true>>(bp, stream);
+    }
+    if (err == cudaSuccess && !small) err = launch_backward_shape<T, BwdShape<D>>(bp, stream);
     if (err != cudaSuccess) return err;
-    fa2_backward_kernel<T, D><<<dim3(ceil_div(p.seqlen_k, Shape::kBlockN), p.heads_kv, p.batch),
-                                Shape::kThreads, Shape::kSmemBytes, stream>>>(bp);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   if (p.seqlen_q > 0) {
     const int64_t chunks = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * (D / kElemsPer16B);

@@ -227,28 +227,30 @@ cudaError_t launch_forward_shape(const FwdProblem& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// HFA_FA2_SMALL_SMEM=1 takes the small-smem shapes on any GPU: how the tests run them on GPUs
-// that would not choose them (the H100).
-inline bool force_small_smem_shape() {
+// Whether to launch the small-smem shape: when the current device's shared memory per block is
+// below the large shape's (the kernel check admitted the small one, so one of the two fits), or
+// when HFA_FA2_SMALL_SMEM=1, which is how the tests run the small shapes on GPUs that would not
+// choose them (the H100).
+inline cudaError_t use_small_smem_shape(size_t large_shape_bytes, bool* small) {
   static const bool force = [] {
     const char* v = std::getenv("HFA_FA2_SMALL_SMEM");
     return v != nullptr && std::strcmp(v, "1") == 0;
   }();
-  return force;
+  int device = 0, smem = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  *small = force || static_cast<size_t>(smem) < large_shape_bytes;
+  return err;
 }
 
 template <typename T, int D>
 cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
-  if constexpr (kFwdHasSmallSmemShape<D>) {
-    // The shape by the current device's shared memory per block (the kernel check admitted the
-    // small one, so one of the two fits).
-    int device = 0, smem = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess)
-      err = cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (err != cudaSuccess) return err;
-    if (static_cast<size_t>(smem) < FwdShape<D>::kSmemBytes || force_small_smem_shape())
-      return launch_forward_shape<T, FwdShape<D, true>>(p, stream);
+  if constexpr (kHasSmallSmemShape<FwdShape, D>) {
+    bool small = false;
+    if (cudaError_t err = use_small_smem_shape(FwdShape<D>::kSmemBytes, &small); err != cudaSuccess)
+      return err;
+    if (small) return launch_forward_shape<T, FwdShape<D, true>>(p, stream);
   }
   return launch_forward_shape<T, FwdShape<D>>(p, stream);
 }

@@ -36,26 +36,26 @@ struct FwdShape {
   static constexpr int kMinBlocksPerSm = kWarps == 4 ? 2 : 1;
   static constexpr size_t kSmemBytes = size_t(kBlockM + 2 * kKVStages * kBlockN) * D * 2;
 };
-// Whether FwdShape<D, true> is a shape of its own (else the kernel is instantiated once).
-template <int D>
-constexpr bool kFwdHasSmallSmemShape =
-    FwdShape<D, true>::kSmemBytes != FwdShape<D, false>::kSmemBytes;
-
 // Backward: one CTA per (KV block of kBlockN keys, KV head, batch), looping over the Q blocks of
 // kBlockM rows of every query head that shares the KV head; 8 warps, each owning 32 rows (two
 // 16-row MMA tiles, so every B fragment read from shared memory feeds two MMAs) of every GEMM:
 //   S, dP (BlockM x BlockN) and dQ (BlockM x D):  kSRowWarps x kSColWarps warps
 //   dK, dV (BlockN x D):                          kKVRowWarps x kKVColWarps warps
 // 128-key blocks (d <= 128) halve the dQ atomics per FLOP against 64-key blocks, as in FA2.
-// Q and dO are double-buffered where shared memory allows (<= 160 KB: fits sm80's 163 KB).
-template <int D>
+// Q and dO are double-buffered (block i + 1 loads while block i computes). kSmallSmem: the shape
+// for GPUs with less shared memory per block than the d = 256 shape's 208 KB (A100: 163 KB): d=256
+// with one Q/dO buffer (144 KB), measured 7% slower on the H100.
+template <int D, bool kSmallSmem = false>
 struct BwdShape {
+  static constexpr int kHeadDim = D;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMTiles = 2;  // 16-row MMA tiles per warp, in every GEMM
+  // 128-row Q blocks at d=64: twice the work per iteration for the same fixed costs (barriers,
+  // LSE/D loads) and more MMAs per fragment in the narrow GEMMs; +13% there, measured.
   static constexpr int kBlockM = D == 64 ? 128 : 64;
   static constexpr int kBlockN = D == 256 ? 64 : 128;
-  static constexpr int kStages = D == 256 ? 1 : 2;
+  static constexpr int kStages = D == 256 && kSmallSmem ? 1 : 2;
   static constexpr int kSRowWarps = kBlockM / (16 * kMTiles);
   static constexpr int kSColWarps = kWarps / kSRowWarps;
   static constexpr int kKVRowWarps = kBlockN / (16 * kMTiles);
@@ -65,5 +65,9 @@ struct BwdShape {
   // dK and dV are staged for their stores in the Q and dO buffers.
   static_assert(kBlockN <= kStages * kBlockM, "a (BlockN x D) tile fits in the Q/dO buffers");
 };
+
+// Whether a head dim has a small-smem shape of its own (else its kernel is instantiated once).
+template <template <int, bool> class Shape, int D>
+constexpr bool kHasSmallSmemShape = Shape<D, true>::kSmemBytes != Shape<D, false>::kSmemBytes;
 
 }  // namespace hfa::fa2
