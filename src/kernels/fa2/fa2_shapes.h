@@ -13,15 +13,15 @@ namespace hfa::fa2 {
 // buffer, K and V kKVStages each (the two load schedules: fa2_forward.cuh).
 // Register budget (255 per thread): O takes kMTiles * D / 2 fp32 registers and S
 // kMTiles * kBlockN / 2. Two 16-row tiles per warp (each K/V fragment read from shared memory
-// feeds two MMAs) at d <= 128; d = 256 keeps one (O 128 + S 32) and takes 8 warps instead, so
-// that K and V tiles serve 128 query rows. Measured on the H100 (docs/WORKLOG.md, "FA2"), against
-// the earlier (d64: 64 keys, d128: 32 keys, d256: 4 warps x 32 keys, all double-buffered):
-//   d=64  128-key tiles, one buffer each:          +1%  (+6% over 64 keys once loads were lean)
-//   d=128 64-key tiles, two buffers:               +3%  (one buffer: +1%)
-//   d=256 8 warps, 64-key tiles:                   +11% with one buffer, +3% more with two
-//         (4 warps x 64 keys, one buffer: -9%)
+// feeds two MMAs) at d <= 128; d = 256 keeps one (O 128 + S 64) and takes 8 warps instead, so
+// that K and V tiles serve 128 query rows. Measured on the H100 (docs/WORKLOG.md, "FA2"):
+//   d=64   128-key tiles, one buffer each: +6% over 64 keys with two
+//   d=128  64-key tiles, two buffers: +3% over 32 keys (one buffer: +1%)
+//   d=256  8 warps, 128-key tiles, one buffer: +7% over 64 keys with two, +11% over those with one,
+//          and far ahead of 4 warps (x 32 keys with two buffers, or x 64 with one: -9%)
 // kSmallSmem: the shape for GPUs with less shared memory per block than the d = 256 shape's
-// 192 KB (A100: 163 KB, sm86/sm89: 99 KB); only d = 256 differs: the earlier 96 KB shape.
+// 192 KB (A100: 163 KB, sm86/sm89: 99 KB); only d = 256 differs: 4 warps, 32-key tiles, two
+// buffers, 96 KB.
 template <int D, bool kSmallSmem = false>
 struct FwdShape {
   static constexpr int kHeadDim = D;
@@ -29,13 +29,14 @@ struct FwdShape {
   static constexpr int kWarps = kEightWarps ? 8 : 4;
   static constexpr int kMTiles = D == 256 ? 1 : 2;  // 16-row MMA tiles per warp
   static constexpr int kBlockM = 16 * kMTiles * kWarps;
-  static constexpr int kBlockN = D == 64 ? 128 : (D == 256 && kSmallSmem) ? 32 : 64;
-  static constexpr int kKVStages = D == 128 || D == 256 ? 2 : 1;
+  static constexpr int kBlockN = D == 64 ? 128 : D == 128 ? 64 : kSmallSmem ? 32 : 128;
+  static constexpr int kKVStages = D == 128 || (D == 256 && kSmallSmem) ? 2 : 1;
   static constexpr int kThreads = 32 * kWarps;
   // 8 warps per SM either way: while one CTA's (or warp's) GEMMs run, another's softmax runs.
   static constexpr int kMinBlocksPerSm = kWarps == 4 ? 2 : 1;
   static constexpr size_t kSmemBytes = size_t(kBlockM + 2 * kKVStages * kBlockN) * D * 2;
 };
+
 // Backward: one CTA per (KV block of kBlockN keys, KV head, batch), looping over the Q blocks of
 // kBlockM rows of every query head that shares the KV head; 8 warps, each owning 32 rows (two
 // 16-row MMA tiles, so every B fragment read from shared memory feeds two MMAs) of every GEMM:
