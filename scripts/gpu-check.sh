@@ -62,6 +62,9 @@ fi
 
 if [[ " $steps " == *" tests "* ]]; then
   step gpu-tests "$build/tests/hfa_gpu_tests"
+  # fa2's small-smem shapes (for GPUs with less shared memory per block than the H100), forced.
+  step gpu-tests-fa2-small-smem env HFA_FA2_SMALL_SMEM=1 "$build/tests/hfa_gpu_tests" \
+    --gtest_filter='*fa2*'
   step cpu-tests "$build/tests/hfa_cpu_tests"
   step cli-test "$root/tests/cli_test.sh" "$bench"
 fi
