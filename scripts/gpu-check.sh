@@ -103,8 +103,15 @@ if [[ " $steps " == *" sweep "* ]]; then
     step "sweep-$kernel" bash -c "set -o pipefail; '$bench' $kernel --sweep --check ${!args_var:-} \
       --json '$out/sweep-$kernel.json' | tee -a '$out/tables.txt'"
     if [[ " ${BWD_KERNELS:-fa2} " == *" $kernel "* ]]; then
-      step "sweep-bwd-$kernel" bash -c "set -o pipefail; '$bench' $kernel --bwd --sweep --check \
+      # The backward: timed over the whole sweep, checked up to s = 4096 (the fp64 CPU backward
+      # of s = 16k takes minutes per (batch, KV head) group; two random groups per config).
+      step "sweep-bwd-$kernel" bash -c "set -o pipefail; '$bench' $kernel --bwd --sweep \
         --iters 10 --json '$out/sweep-bwd-$kernel.json' | tee -a '$out/tables.txt'"
+      for s in 512 2048 4096; do
+        step "check-bwd-$kernel-s$s" bash -c "set -o pipefail; for d in 64 128 256; do \
+          for causal in '' --causal; do '$bench' $kernel --bwd --seqlen $s --headdim \$d \$causal \
+          --check --check-groups 2 --iters 3 | tee -a '$out/tables.txt' || exit 1; done; done"
+      done
     fi
   done
 fi
