@@ -25,6 +25,14 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
+// The softmax's exponent is exp2(s * scale_log2 - max). With a positive scale the multiply folds
+// into that FFMA, exp2(fma(s, factor, -max * factor)), with the row max taken over the raw scores
+// (the max of the scaled scores is the scaled max). A zero or negative scale (allowed, if odd)
+// breaks that (and 0 * -inf is NaN), so kernels scale those scores first and use factor 1.
+__device__ __forceinline__ float exponent_factor(float scale_log2) {
+  return scale_log2 > 0.f ? scale_log2 : 1.f;
+}
+
 // A 16-byte vector holds 8 elements of a 2-byte type.
 inline constexpr int kElemsPer16B = 8;
 

@@ -304,14 +304,9 @@ __global__ void fa2_convert_dq_kernel(BwdProblem bp) {
 // bp's workspace already allocated and dq_accum zeroed; instantiated in fa2_hdim<D>.cu.
 template <typename T, class Shape>
 cudaError_t launch_backward_shape(const BwdProblem& bp, cudaStream_t stream) {
-  cudaError_t err = cudaFuncSetAttribute(fa2_backward_kernel<T, Shape>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(Shape::kSmemBytes));
-  if (err != cudaSuccess) return err;
-  fa2_backward_kernel<T, Shape>
-      <<<dim3(ceil_div(bp.fwd.seqlen_k, Shape::kBlockN), bp.fwd.heads_kv, bp.fwd.batch),
-         Shape::kThreads, Shape::kSmemBytes, stream>>>(bp);
-  return cudaGetLastError();
+  return launch_with_smem(fa2_backward_kernel<T, Shape>,
+                          dim3(ceil_div(bp.fwd.seqlen_k, Shape::kBlockN), bp.fwd.heads_kv, bp.fwd.batch),
+                          Shape::kThreads, Shape::kSmemBytes, stream, bp);
 }
 
 template <typename T, int D>

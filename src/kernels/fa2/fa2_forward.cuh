@@ -22,6 +22,7 @@
 #include <cstring>
 
 #include "common/problem.h"
+#include "kernels/common/launch.cuh"
 #include "kernels/common/numeric.cuh"
 #include "kernels/common/quad_reduce.cuh"
 #include "kernels/fa2/fa2_shapes.h"
@@ -218,13 +219,9 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
 // Host side: launch for one (dtype, head_dim); instantiated in fa2_hdim<D>.cu.
 template <typename T, class Shape>
 cudaError_t launch_forward_shape(const FwdProblem& p, cudaStream_t stream) {
-  cudaError_t err = cudaFuncSetAttribute(fa2_forward_kernel<T, Shape>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(Shape::kSmemBytes));
-  if (err != cudaSuccess) return err;
-  const dim3 grid(ceil_div(p.seqlen_q, Shape::kBlockM), p.heads_q, p.batch);
-  fa2_forward_kernel<T, Shape><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
+  return launch_with_smem(fa2_forward_kernel<T, Shape>,
+                          dim3(ceil_div(p.seqlen_q, Shape::kBlockM), p.heads_q, p.batch),
+                          Shape::kThreads, Shape::kSmemBytes, stream, p);
 }
 
 // Whether to launch the small-smem shape: when the current device's shared memory per block is

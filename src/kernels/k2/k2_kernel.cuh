@@ -15,6 +15,7 @@
 
 #include "common/problem.h"
 #include "kernels/common/fa2_cuda_core.cuh"
+#include "kernels/common/launch.cuh"
 
 namespace hfa::k2 {
 
@@ -82,13 +83,8 @@ __global__ void __launch_bounds__(kThreads) k2_forward_kernel(FwdProblem p) {
 // Host side: launch for one (dtype, head_dim); instantiated in k2_hdim<D>.cu.
 template <typename T, int D>
 cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
-  const size_t smem = SmemLayout<D>::kBytes;
-  cudaError_t err = cudaFuncSetAttribute(k2_forward_kernel<T, D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err != cudaSuccess) return err;
   const dim3 grid((p.seqlen_q + kBlockM - 1) / kBlockM, p.heads_q, p.batch);
-  k2_forward_kernel<T, D><<<grid, kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_with_smem(k2_forward_kernel<T, D>, grid, kThreads, SmemLayout<D>::kBytes, stream, p);
 }
 
 }  // namespace hfa::k2

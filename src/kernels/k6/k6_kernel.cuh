@@ -79,7 +79,9 @@ __device__ __forceinline__ void consume_tile(const typename K6Config<T, D>::Para
   Tensor c_rc = sm90::as_rowcol(tScS);
   Tensor o_rc = sm90::as_rowcol(tOrO);
   constexpr int kRows = decltype(size<0>(o_rc))::value;
-  sm90::OnlineSoftmax<kRows> softmax;
+  // The scale folded into the exponent: measured +3-4% at d = 64 and 128, -3% at d = 256.
+  constexpr bool kFoldScale = D <= 128;
+  sm90::OnlineSoftmax<kRows, kFoldScale> softmax(scale_log2);
   float alpha[kRows];
   clear(tOrO);
 
@@ -98,7 +100,8 @@ __device__ __forceinline__ void consume_tile(const typename K6Config<T, D>::Para
   auto softmax_of = [&](int tile, const typename Pipeline::State& st) {
     Pipeline::consumer_release(ss.pipeline, st);
     if (tile == range.n_tiles - 1) QPipeline::consumer_release(ss.q_pipeline, q);
-    sm90::scale_and_mask(s_rc, c_rc, mask, tile >= range.n_unmasked, q0, tile * kBlockN, scale_log2);
+    sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, tile >= range.n_unmasked, q0, tile * kBlockN,
+                                     scale_log2);
     softmax.update_scores(s_rc, alpha);
   };
 

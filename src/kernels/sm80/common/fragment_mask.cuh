@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/problem.h"
+#include "kernels/common/numeric.cuh"
 
 namespace hfa::sm80 {
 
@@ -35,16 +36,10 @@ __device__ __forceinline__ void apply_mask(float (&acc)[MT][NT][4], int row0, in
       }
 }
 
-// The scale into the base-2 softmax domain (scale * log2 e) and the mask where the block of scores
-// at (q0, k0) with block_n keys needs one; acc's rows start at row0 and its keys at col0.
-// Returns the factor the caller multiplies the scores by inside the exponent's FFMA,
-// exp2(fma(s, factor, -max)): scale_log2 itself when it is positive, which saves one multiply per
-// score (the row max of the raw scores, times factor, is the max of the scaled ones). A zero or
-// negative scale (allowed, if odd) would break that (and 0 * -inf is NaN), so those scores are
-// scaled here first and the factor is 1.
-__device__ __forceinline__ float exponent_factor(float scale_log2) {
-  return scale_log2 > 0.f ? scale_log2 : 1.f;
-}
+// The mask where the block of scores at (q0, k0) with block_n keys needs one (acc's rows start at
+// row0 and its keys at col0), and the scale into the base-2 softmax domain (scale * log2 e) where
+// it cannot be folded into the exponent. Returns the factor the caller multiplies the scores by
+// inside the exponent's FFMA (exponent_factor, kernels/common/numeric.cuh).
 template <int MT, int NT>
 __device__ __forceinline__ float fold_scale_and_mask(float (&acc)[MT][NT][4], float scale_log2,
                                                      const FwdProblem& p, int q0, int k0,

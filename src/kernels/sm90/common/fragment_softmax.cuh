@@ -1,6 +1,9 @@
 // The online softmax of FA2 run directly on WGMMA accumulator fragments (K4 and later): a thread
 // holds 2 rows of S; row max and row sum are reduced across the 4 threads of a quad by shuffles.
-// Works in base 2: scores are pre-multiplied by scale * log2(e), and exp2 is one SFU instruction.
+// Works in base 2 (exp2 is one SFU instruction). kFoldScale: the scale * log2(e) multiply is
+// folded into the exponent's FFMA when positive (exponent_factor) and the maxima are kept
+// unscaled; otherwise (or with a zero or negative scale) scale_and_mask<kFoldScale> scales the
+// scores first.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -15,12 +18,14 @@ namespace hfa::sm90 {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-template <int kRows>
+template <int kRows, bool kFoldScale>
 struct OnlineSoftmax {
-  float row_max[kRows];  // running max, log2 domain (quad-uniform)
+  float row_max[kRows];  // running max of the scores as update_scores gets them (quad-uniform)
   float row_sum[kRows];  // running sum of exp2(s - max): this thread's columns only, until finalize
+  float factor;          // the scores' scale inside exp2 (1 when scale_and_mask applied it)
 
-  __device__ OnlineSoftmax() {
+  __device__ explicit OnlineSoftmax(float scale_log2)
+      : factor(kFoldScale ? exponent_factor(scale_log2) : 1.f) {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       row_max[r] = -INFINITY;
@@ -28,7 +33,7 @@ struct OnlineSoftmax {
     }
   }
 
-  // s: (rows, cols) scores, already scaled to log2 and masked with -inf; becomes P (unnormalized).
+  // s: (rows, cols) scores, masked with -inf (scale_and_mask); becomes P (unnormalized).
   // o: (rows, cols) output accumulator, rescaled by exp2(old max - new max).
   template <class TS, class TO>
   __device__ __forceinline__ void update(TS& s, TO& o) {
@@ -49,13 +54,14 @@ struct OnlineSoftmax {
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s); ++c) mx = fmaxf(mx, s(r, c));
       mx = quad_max(mx);
-      const float m_safe = mx == -INFINITY ? 0.f : mx;  // no key seen yet: avoid -inf - -inf
-      alpha[r] = exp2_approx(row_max[r] - m_safe);
+      // The scaled max; no key seen yet: 0, to avoid -inf - -inf.
+      const float m_safe = mx == -INFINITY ? 0.f : mx * factor;
+      alpha[r] = exp2_approx(fmaf(row_max[r], factor, -m_safe));
       row_max[r] = mx;
       float sum = 0.f;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s); ++c) {
-        s(r, c) = exp2_approx(s(r, c) - m_safe);
+        s(r, c) = exp2_approx(fmaf(s(r, c), factor, -m_safe));
         sum += s(r, c);
       }
       row_sum[r] = row_sum[r] * alpha[r] + sum;
@@ -80,7 +86,7 @@ struct OnlineSoftmax {
     for (int r = 0; r < kRows; ++r) {
       const float l = quad_sum(row_sum[r]);
       const float inv = l > 0.f ? 1.f / l : 0.f;
-      lse[r] = l > 0.f ? (row_max[r] + log2f(l)) * kLn2 : -INFINITY;
+      lse[r] = l > 0.f ? (row_max[r] * factor + log2f(l)) * kLn2 : -INFINITY;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(o); ++c) o(r, c) *= inv;
     }

@@ -39,20 +39,22 @@ struct AttentionMask {
 };
 
 // Scales a tile of scores (a thread's (rows, cols) view, c_rc its (row, col) coordinates within
-// the tile) to log2 units; on tiles that need the mask, invisible scores become -inf.
-// q0 / k0: the first query / key of the tile.
-template <class TS, class TC>
+// the tile) to log2 units and, on tiles that need the mask, sets invisible scores to -inf. With
+// kFoldScale (OnlineSoftmax<.., true>) the multiply happens inside the softmax's exponent instead,
+// unless the scale is zero or negative (exponent_factor). q0 / k0: the tile's first query and key.
+template <bool kFoldScale, class TS, class TC>
 __device__ __forceinline__ void scale_and_mask(TS& s_rc, const TC& c_rc, const AttentionMask& mask,
                                                bool needs_mask, int q0, int k0, float scale_log2) {
   using namespace cute;
+  const bool scale_here = !kFoldScale || !(scale_log2 > 0.f);
   if (needs_mask) {
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s_rc); ++r)
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s_rc); ++c)
         s_rc(r, c) = mask.visible(q0 + get<0>(c_rc(r, c)), k0 + get<1>(c_rc(r, c)))
-                         ? s_rc(r, c) * scale_log2 : -INFINITY;
-  } else {
+                         ? (scale_here ? s_rc(r, c) * scale_log2 : s_rc(r, c)) : -INFINITY;
+  } else if (scale_here) {
     CUTE_UNROLL
     for (int i = 0; i < size(s_rc); ++i) s_rc(i) *= scale_log2;
   }
