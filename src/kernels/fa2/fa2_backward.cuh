@@ -200,16 +200,11 @@ __global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProble
           dp, sdOi, row_w, sV, s_col_w);
       const float factor =
           fold_scale_and_mask(s, scale_log2, p, q0, k0, kBlockN, q0 + row_w, k0 + s_col_w);
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kSTiles; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const float prob = exp2_approx(fmaf(s[mt][nt][i], factor, -lse_log2[mt][i / 2]));
-            s[mt][nt][i] = prob;                                         // P
-            dp[mt][nt][i] = prob * (dp[mt][nt][i] - row_dot[mt][i / 2]);  // dS (without the scale)
-          }
+      for_each_fragment_element<kMT, kSTiles>([&](int mt, int nt, int i) {
+        const float prob = exp2_approx(fmaf(s[mt][nt][i], factor, -lse_log2[mt][i / 2]));
+        s[mt][nt][i] = prob;                                         // P
+        dp[mt][nt][i] = prob * (dp[mt][nt][i] - row_dot[mt][i / 2]);  // dS (without the scale)
+      });
       store_c<TileP>(sP, s, row_w, s_col_w);
       store_c<TileP>(sdS, dp, row_w, s_col_w);
     }
@@ -260,12 +255,8 @@ __global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProble
   __syncthreads();
 
   // Epilogue: dK = scale * dS^T Q; stage dK and dV in the Q/dO buffers for 16-byte stores.
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kKVTiles; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) dk[mt][nt][i] *= p.softmax_scale;
+  for_each_fragment_element<kMT, kKVTiles>(
+      [&](int mt, int nt, int i) { dk[mt][nt][i] *= p.softmax_scale; });
   store_c<TileKV>(sQ, dk, kv_row_w, kv_col_w);
   store_c<TileKV>(sdO, dv, kv_row_w, kv_col_w);
   __syncthreads();

@@ -150,14 +150,9 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
       }
     // Rescaling O costs D / 2 multiplies per row tile; once the running maxima settle (most tiles
     // of a long row) no row of the warp moved and the warp skips it.
-    if (__any_sync(0xffffffffu, max_moved)) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kOTiles; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) o[mt][nt][i] *= correction[mt][i / 2];
-    }
+    if (__any_sync(0xffffffffu, max_moved))
+      for_each_fragment_element<kMT, kOTiles>(
+          [&](int mt, int nt, int i) { o[mt][nt][i] *= correction[mt][i / 2]; });
 
     // P as the A operand of P V, rounded to T now: half the registers of the fp32 scores, which
     // would otherwise stay live across the barrier below (at d=64 they spilled).

@@ -8,6 +8,7 @@
 
 #include "common/problem.h"
 #include "kernels/common/numeric.cuh"
+#include "kernels/sm80/common/mma.cuh"
 
 namespace hfa::sm80 {
 
@@ -23,17 +24,12 @@ template <int MT, int NT>
 __device__ __forceinline__ void apply_mask(float (&acc)[MT][NT][4], int row0, int col0,
                                            int seqlen_k, bool causal, int causal_offset) {
   const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int row = row0 + 16 * mt + g + 8 * (i / 2);
-        const int col = col0 + 8 * nt + 2 * q + i % 2;
-        const bool visible = col < seqlen_k && (!causal || col <= row + causal_offset);
-        if (!visible) acc[mt][nt][i] = -INFINITY;
-      }
+  for_each_fragment_element<MT, NT>([&](int mt, int nt, int i) {
+    const int row = row0 + 16 * mt + g + 8 * (i / 2);
+    const int col = col0 + 8 * nt + 2 * q + i % 2;
+    const bool visible = col < seqlen_k && (!causal || col <= row + causal_offset);
+    if (!visible) acc[mt][nt][i] = -INFINITY;
+  });
 }
 
 // The mask where the block of scores at (q0, k0) with block_n keys needs one (acc's rows start at
@@ -45,14 +41,8 @@ __device__ __forceinline__ float fold_scale_and_mask(float (&acc)[MT][NT][4], fl
                                                      const FwdProblem& p, int q0, int k0,
                                                      int block_n, int row0, int col0) {
   const float factor = exponent_factor(scale_log2);
-  if (!(scale_log2 > 0.f)) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[mt][nt][i] *= scale_log2;
-  }
+  if (!(scale_log2 > 0.f))
+    for_each_fragment_element<MT, NT>([&](int mt, int nt, int i) { acc[mt][nt][i] *= scale_log2; });
   if (block_needs_mask(q0, k0, block_n, p.seqlen_k, p.causal, p.causal_offset()))
     apply_mask(acc, row0, col0, p.seqlen_k, p.causal, p.causal_offset());
   return factor;

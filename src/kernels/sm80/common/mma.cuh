@@ -92,6 +92,19 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// Calls f(mt, nt, i) for every element of a warp's fp32 fragments acc[MT][NT][4], unrolled (so
+// each call indexes registers with constants). Element i of tile (mt, nt) is at row
+// 16 mt + g + 8 (i / 2), column 8 nt + 2 q + i % 2 of the warp's block (layout above).
+template <int MT, int NT, class F>
+__device__ __forceinline__ void for_each_fragment_element(F&& f) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) f(mt, nt, i);
+}
+
 // The A operand of a k16 step from two neighbouring fp32 C fragments (n-tiles 2k and 2k+1 of one
 // 16-row tile): how P = softmax(S) feeds P V without a trip through shared memory.
 template <typename T>

@@ -171,12 +171,7 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, 
 
 template <int MT, int NT>
 __device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+  for_each_fragment_element<MT, NT>([&](int mt, int nt, int i) { acc[mt][nt][i] = 0.f; });
 }
 
 // Writes this warp's fp32 fragments (rows m0 + 16 mt, columns n0 + 8 nt), rounded to T, into a
