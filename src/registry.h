@@ -23,7 +23,7 @@ struct KernelEntry {
 };
 
 // A backward kernel: the same contract on a BwdProblem. launch() allocates its own workspace
-// (stream-ordered) and fills bp.dq_accum / bp.row_dot in its copy of the problem.
+// (stream-ordered) and fills bp.dq_accum / bp.row_stats in its copy of the problem.
 struct BackwardKernelEntry {
   std::string name;
   std::string description;

@@ -57,9 +57,11 @@ struct BwdProblem {
   int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
 
   // Workspace, contiguous fp32, set by the launch: dQ accumulator (batch, heads_q, seqlen_q,
-  // head_dim) and D = rowsum(dO * O) (batch, heads_q, seqlen_q).
+  // head_dim) and per query row the pair (LSE in base 2, D = rowsum(dO * O)), (batch, heads_q,
+  // row_stats_rows, 2) with the rows padded (fa2: to a multiple of its largest Q block).
   float* dq_accum = nullptr;
-  float* row_dot = nullptr;
+  float* row_stats = nullptr;
+  int row_stats_rows = 0;
 };
 
 // What a kernel needs to know about the GPU it would run on. Filled from the current device by

@@ -62,19 +62,23 @@ Status check_backward(const BwdProblem& bp, const DeviceInfo& device) {
   return check_grid_dim(kName, "heads_kv", p.heads_kv);
 }
 
-// Allocates the fp32 workspace on the stream (dQ accumulator, zeroed, and D = rowsum(dO * O)),
-// runs the three launches, and frees the workspace in stream order.
+// Allocates the fp32 workspace on the stream (dQ accumulator, zeroed, and the row statistics
+// (LSE, D = rowsum(dO * O)) on padded rows), runs the three launches, and frees the workspace in
+// stream order.
 Status launch_backward(const BwdProblem& problem, const DeviceInfo&, cudaStream_t stream) {
   BwdProblem bp = problem;
   const FwdProblem& p = bp.fwd;
   const size_t rows = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q;
-  const size_t accum_bytes = rows * p.head_dim * sizeof(float), dot_bytes = rows * sizeof(float);
+  bp.row_stats_rows = fa2::row_stats_rows(p.seqlen_q);
+  const size_t accum_bytes = rows * p.head_dim * sizeof(float);
+  const size_t stats_bytes =
+      static_cast<size_t>(p.batch) * p.heads_q * bp.row_stats_rows * 2 * sizeof(float);
   void* workspace = nullptr;
   if (rows > 0)
-    HFA_RETURN_IF_ERROR(cuda_status(cudaMallocAsync(&workspace, accum_bytes + dot_bytes, stream),
+    HFA_RETURN_IF_ERROR(cuda_status(cudaMallocAsync(&workspace, accum_bytes + stats_bytes, stream),
                                     "fa2 backward: allocating the fp32 dQ workspace"));
   bp.dq_accum = static_cast<float*>(workspace);
-  bp.row_dot = bp.dq_accum + rows * p.head_dim;
+  bp.row_stats = bp.dq_accum + rows * p.head_dim;
   cudaError_t err = rows > 0 ? cudaMemsetAsync(bp.dq_accum, 0, accum_bytes, stream) : cudaSuccess;
   if (err == cudaSuccess) err = dispatch_dtype_head_dim<Fa2Backward>(bp, p.dtype, p.head_dim, stream);
   const cudaError_t free_err = workspace ? cudaFreeAsync(workspace, stream) : cudaSuccess;

@@ -1,6 +1,7 @@
 // FA2 backward (FlashAttention-2, Algorithm 2) on mma.sync tensor cores, for sm80 and newer.
 // Three launches:
-//   1. row_dot:  D_i = rowsum(dO_i * O_i) in fp32 (the paper's preprocessing step).
+//   1. row_stats: D_i = rowsum(dO_i * O_i) in fp32 (the paper's preprocessing step), stored with
+//                LSE_i in base 2 beside it, so that the main kernel copies both with its Q block.
 //   2. main:     one CTA per (KV block j, KV head, batch). K_j and V_j stay in shared memory and
 //                dK_j, dV_j in registers while the CTA walks over every Q block i of every query
 //                head that reads this KV head (GQA/MQA: the sum over the group happens on chip,
@@ -8,7 +9,9 @@
 //                  S = Q_i K_j^T, dP = dO_i V_j^T           (registers)
 //                  P = exp(S - LSE_i) (recomputed), dS = P * (dP - D_i)
 //                  dV_j += P^T dO_i, dK_j += dS^T Q_i       (P, dS through shared memory)
-//                  dQ_i += dS K_j                           (fp32 atomics into the workspace)
+//                  dQ_i += dS K_j                           (added into the fp32 workspace:
+//                      on sm90 staged in shared memory and added by bulk reductions, one per row,
+//                      issued when block i + 1 starts; else by fp32 atomics from registers)
 //                Causal: Q blocks wholly before the KV block are skipped.
 //   3. convert:  dQ = scale * dQ_accum in the output dtype and strides.
 // Q_{i+1} and dO_{i+1} load (cp.async) while block i computes, where shared memory allows.
@@ -17,23 +20,31 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "common/problem.h"
 #include "kernels/common/numeric.cuh"
 #include "kernels/fa2/fa2_forward.cuh"
+#include "kernels/sm90/common/bulk_reduce.cuh"
 
 namespace hfa::fa2 {
 
-// ---- 1. D = rowsum(dO * O): one warp per query row ----------------------------------------------
+// ---- 1. Row statistics (LSE * log2 e, D = rowsum(dO * O)): one warp per query row ---------------
 
-constexpr int kRowDotWarps = 8;
+constexpr int kRowStatsWarps = 8;
 
 template <typename T, int D>
-__global__ void __launch_bounds__(32 * kRowDotWarps) fa2_row_dot_kernel(BwdProblem bp) {
+__global__ void __launch_bounds__(32 * kRowStatsWarps) fa2_row_stats_kernel(BwdProblem bp) {
   const FwdProblem& p = bp.fwd;
-  const int row = blockIdx.x * kRowDotWarps + threadIdx.x / 32, h = blockIdx.y, b = blockIdx.z;
+  const int row = blockIdx.x * kRowStatsWarps + threadIdx.x / 32, h = blockIdx.y, b = blockIdx.z;
   const int lane = threadIdx.x % 32;
-  if (row >= p.seqlen_q) return;
+  if (row >= bp.row_stats_rows) return;
+  float2* stats = reinterpret_cast<float2*>(bp.row_stats) +
+                  (static_cast<int64_t>(b) * p.heads_q + h) * bp.row_stats_rows + row;
+  if (row >= p.seqlen_q) {  // padding: P = 0, so no gradient
+    if (lane == 0) *stats = make_float2(INFINITY, 0.f);
+    return;
+  }
   const T* o = static_cast<const T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
                row * p.o_row_stride;
   const T* dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride +
@@ -48,7 +59,11 @@ __global__ void __launch_bounds__(32 * kRowDotWarps) fa2_row_dot_kernel(BwdProbl
   }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-  if (lane == 0) bp.row_dot[(static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + row] = dot;
+  if (lane == 0) {
+    // A row that saw no key (LSE = -inf) gets +inf as well: P = 0.
+    const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
+    *stats = make_float2(lse == -INFINITY ? INFINITY : lse * kLog2e, dot);
+  }
 }
 
 // ---- 2. The main kernel --------------------------------------------------------------------------
@@ -95,6 +110,13 @@ __global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProble
   T* sdO = sQ + kStages * TileQ::kElems;  // kStages buffers
   T* sP = sdO + kStages * TileQ::kElems;
   T* sdS = sP + TileP::kElems;
+  float2* sStats = reinterpret_cast<float2*>(sdS + TileP::kElems);  // kStages x kBlockM (LSE, D)
+  float* sdQ = reinterpret_cast<float*>(sStats + kStages * kBlockM);  // kBlockM x kDqRowFloats
+  // dQ through shared memory and the bulk copy engine (fa2_shapes.h), else fp32 atomics; the k
+  // loops of S, dP and dQ unroll only without the atomics (which hold registers: spills).
+  constexpr bool kDqStaged = Shape::kDqStaged && sm90::kHasBulkReduce;
+  constexpr bool kUnrollK = kDqStaged;
+  constexpr int kDqRowFloats = Shape::kDqRowFloats;
 
   const int k0 = blockIdx.x * kBlockN, hk = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -123,6 +145,19 @@ __global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProble
     if (blk.q0 == q_end) blk.q0 = m_begin * kBlockM, ++blk.h;
     return blk;
   };
+  // Staged dQ: lane l < kBlockM / kWarps of warp w adds row w * kBlockM / kWarps + l of sdQ (block
+  // blk's dQ) to the workspace, and later waits for those reads before the barrier after which
+  // sdQ is written again. (A bulk operation's operands live in uniform registers: the compiler
+  // issues a warp's operations one lane at a time, so every warp takes an equal share.)
+  auto reduce_dq_rows = [&](QBlock blk) {
+    constexpr int kRowsPerWarp = kBlockM / Shape::kWarps;
+    const int r = warp * kRowsPerWarp + lane;
+    if (lane < kRowsPerWarp && blk.q0 + r < p.seqlen_q) {
+      const int64_t row = (static_cast<int64_t>(b) * p.heads_q + blk.h) * p.seqlen_q + blk.q0 + r;
+      sm90::bulk_reduce_add_f32(bp.dq_accum + row * D, sdQ + r * kDqRowFloats, D * sizeof(float));
+      sm90::bulk_commit_group();
+    }
+  };
   auto load_q_do = [&](QBlock blk, int stage) {
     const int h = blk.h, q0 = blk.q0;
     const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
@@ -130,36 +165,20 @@ __global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProble
     load_rows_async<TileQ, kThreads>(sQ + stage * TileQ::kElems, q, p.q_row_stride, q0, p.seqlen_q);
     load_rows_async<TileQ, kThreads>(sdO + stage * TileQ::kElems, dout, bp.do_row_stride, q0,
                                      p.seqlen_q);
+    // The block's (LSE, D) pairs: kBlockM * 8 bytes, in range by the padding (fa2_shapes.h).
+    constexpr int kStatChunks = kBlockM * sizeof(float2) / 16;
+    static_assert(kStatChunks <= kThreads, "one 16-byte copy per thread");
+    if (threadIdx.x < kStatChunks)
+      cp_async_16(sStats + stage * kBlockM + 2 * threadIdx.x,
+                  reinterpret_cast<const float2*>(bp.row_stats) +
+                      (static_cast<int64_t>(b) * p.heads_q + h) * bp.row_stats_rows + q0 +
+                      2 * threadIdx.x);
   };
   load_rows_async<TileKV, kThreads>(sK, k, p.k_row_stride, k0, p.seqlen_k);
   load_rows_async<TileKV, kThreads>(sV, v, p.v_row_stride, k0, p.seqlen_k);
-  QBlock cur{hk * group, m_begin * kBlockM};
+  QBlock cur{hk * group, m_begin * kBlockM}, prev = cur;
   if (n_iters > 0) load_q_do(cur, 0);
   cp_async_commit();
-
-  // LSE and D of this lane's rows (g and g + 8 of each of the warp's 16-row tiles) in iteration
-  // it, as loaded: loaded one iteration ahead, converted only when used (lse_to_log2), so nothing
-  // waits for the loads until then. Rows past the end get LSE = +inf: P = 0, no gradient.
-  using RowStats = float[kMT][2];
-  auto load_row_stats = [&](QBlock blk, RowStats& lse, RowStats& row_dot) {
-    const int h = blk.h, q0 = blk.q0;
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = q0 + row_w + 16 * mt + lane / 4 + 8 * r;
-        lse[mt][r] = INFINITY;
-        row_dot[mt][r] = 0.f;
-        if (row < p.seqlen_q) {
-          lse[mt][r] = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
-          row_dot[mt][r] = bp.row_dot[(static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + row];
-        }
-      }
-  };
-  // LSE in base 2; a row that saw no key (LSE = -inf) gets +inf too: P = 0.
-  auto lse_to_log2 = [](float lse) { return lse == -INFINITY ? INFINITY : lse * kLog2e; };
-  RowStats next_lse, next_row_dot;
-  if (n_iters > 0) load_row_stats(cur, next_lse, next_row_dot);
 
   const float scale_log2 = p.softmax_scale * kLog2e;
   float dk[kMT][kKVTiles][4], dv[kMT][kKVTiles][4];
@@ -178,36 +197,38 @@ __global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProble
     }
     const T* sQi = sQ + stage * TileQ::kElems;
     const T* sdOi = sdO + stage * TileQ::kElems;
+    const float2* sStatsi = sStats + stage * kBlockM + row_w + lane / 4;
     const int h = cur.h, q0 = cur.q0;
-
-    // This iteration's row statistics were loaded one iteration ago; load the next one's now, so
-    // the global-load latency hides behind this block's GEMMs.
-    RowStats lse_log2, row_dot;
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        lse_log2[mt][r] = lse_to_log2(next_lse[mt][r]), row_dot[mt][r] = next_row_dot[mt][r];
-    if (it + 1 < n_iters) load_row_stats(next_block(cur), next_lse, next_row_dot);
+    if constexpr (kDqStaged) {  // block it - 1's dQ: its sdQ stores are visible (barrier above)
+      if (it > 0) reduce_dq_rows(prev);
+    }
 
     {
       float s[kMT][kSTiles][4], dp[kMT][kSTiles][4];
       zero(s);
       zero(dp);
-      warp_gemm<T, kMT, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
+      warp_gemm<T, kMT, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV, kUnrollK>(
           s, sQi, row_w, sK, s_col_w);
-      warp_gemm<T, kMT, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
+      warp_gemm<T, kMT, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV, kUnrollK>(
           dp, sdOi, row_w, sV, s_col_w);
       const float factor =
           fold_scale_and_mask(s, scale_log2, p, q0, k0, kBlockN, q0 + row_w, k0 + s_col_w);
+      // (LSE in base 2, D) of this lane's rows: g and g + 8 of each of the warp's 16-row tiles.
+      float2 stats[kMT][2];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) stats[mt][r] = sStatsi[16 * mt + 8 * r];
       for_each_fragment_element<kMT, kSTiles>([&](int mt, int nt, int i) {
-        const float prob = exp2_approx(fmaf(s[mt][nt][i], factor, -lse_log2[mt][i / 2]));
-        s[mt][nt][i] = prob;                                         // P
-        dp[mt][nt][i] = prob * (dp[mt][nt][i] - row_dot[mt][i / 2]);  // dS (without the scale)
+        const float2 st = stats[mt][i / 2];
+        const float prob = exp2_approx(fmaf(s[mt][nt][i], factor, -st.x));
+        s[mt][nt][i] = prob;                            // P
+        dp[mt][nt][i] = prob * (dp[mt][nt][i] - st.y);  // dS (without the scale)
       });
       store_c<TileP>(sP, s, row_w, s_col_w);
       store_c<TileP>(sdS, dp, row_w, s_col_w);
     }
+    if constexpr (kDqStaged) sm90::bulk_wait_read<0>();  // sdQ is written after this barrier
     __syncthreads();
 
     // dV_j += P^T dO_i and dK_j += dS^T Q_i: A is read transposed from the [query][key] tiles.
@@ -217,42 +238,65 @@ __global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProble
         dk, sdS, kv_row_w, sQi, kv_col_w);
 
     // dQ_i += dS K_j, added into the fp32 workspace (other KV blocks add to the same rows); in
-    // chunks of 64 columns so that d=256 does not need 64 more registers.
+    // chunks of 64 columns so that d=256 with atomics does not need 64 more registers.
     {
-      // One base address per iteration; each of the lane's rows and n8 tiles is a constant offset.
+      // Atomics: one base address per iteration; each of the lane's rows and n8 tiles is a
+      // constant offset from it.
       const int row0 = q0 + row_w + lane / 4;
       const int64_t first = (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + row0;
-      float* dq_lane = bp.dq_accum + first * D +
-                       dq_col_w + 2 * (lane % 4);
+      float* dq_lane = bp.dq_accum + first * D + dq_col_w + 2 * (lane % 4);
 #pragma unroll
       for (int chunk = 0; chunk < kDqTiles / kDqChunkTiles; ++chunk) {
         const int col0 = dq_col_w + chunk * 8 * kDqChunkTiles;
         float dq[kMT][kDqChunkTiles][4];
         zero(dq);
-        warp_gemm<T, kMT, kDqChunkTiles, kBlockN, Stored::kRowMajor, Stored::kTransposed, TileP, TileKV>(
-            dq, sdS, row_w, sK, col0);
+        warp_gemm<T, kMT, kDqChunkTiles, kBlockN, Stored::kRowMajor, Stored::kTransposed, TileP,
+                  TileKV, kUnrollK>(dq, sdS, row_w, sK, col0);
+        // The lane's rows g and g + 8 of each 16-row tile (r), two adjacent columns per n8 tile.
+        auto add_rows = [&](auto rows_checked) {
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
+          for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int dr = 16 * mt + 8 * r;
-            if (row0 + dr >= p.seqlen_q) continue;
+            for (int r = 0; r < 2; ++r) {
+              const int dr = 16 * mt + 8 * r;
+              if constexpr (kDqStaged) {
 #pragma unroll
-            for (int nt = 0; nt < kDqChunkTiles; ++nt)
-              atomic_add_pair(dq_lane + dr * D + chunk * 8 * kDqChunkTiles + 8 * nt,
-                              dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
-          }
+                for (int nt = 0; nt < kDqChunkTiles; ++nt)
+                  *reinterpret_cast<float2*>(sdQ + (row_w + dr + lane / 4) * kDqRowFloats + col0 +
+                                             8 * nt + 2 * (lane % 4)) =
+                      make_float2(dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
+              } else {
+                if (rows_checked && row0 + dr >= p.seqlen_q) continue;
+#pragma unroll
+                for (int nt = 0; nt < kDqChunkTiles; ++nt)
+                  atomic_add_pair(dq_lane + dr * D + chunk * 8 * kDqChunkTiles + 8 * nt,
+                                  dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
+              }
+            }
+        };
+        // A block wholly in range (uniform) adds without per-row branches: its atomics are then
+        // one address plus constants. (Staged rows past the end are never reduced.)
+        if (kDqStaged || q0 + kBlockM <= p.seqlen_q)
+          add_rows(std::false_type{});
+        else
+          add_rows(std::true_type{});
       }
+      if constexpr (kDqStaged) sm90::fence_proxy_async_shared();  // sdQ before the bulk reads
     }
     if constexpr (kStages == 1) {  // the only Q/dO buffer is free once every warp is done
       __syncthreads();
       if (it + 1 < n_iters) load_q_do(next_block(cur), 0);
       cp_async_commit();
     }
+    prev = cur;
     cur = next_block(cur);
   }
   cp_async_wait<0>();
   __syncthreads();
+  if constexpr (kDqStaged) {  // the last block's dQ, complete before the convert kernel reads it
+    if (n_iters > 0) reduce_dq_rows(prev);
+    sm90::bulk_wait<0>();
+  }
 
   // Epilogue: dK = scale * dS^T Q; stage dK and dV in the Q/dO buffers for 16-byte stores.
   for_each_fragment_element<kMT, kKVTiles>(
@@ -305,8 +349,8 @@ cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream) {
   const FwdProblem& p = bp.fwd;
   // seqlen_q == 0 still launches the main kernel (dK = dV = 0); seqlen_k == 0 the convert (dQ = 0).
   if (p.seqlen_q > 0) {
-    fa2_row_dot_kernel<T, D><<<dim3(ceil_div(p.seqlen_q, kRowDotWarps), p.heads_q, p.batch),
-                               32 * kRowDotWarps, 0, stream>>>(bp);
+    fa2_row_stats_kernel<T, D><<<dim3(ceil_div(bp.row_stats_rows, kRowStatsWarps), p.heads_q, p.batch),
+                                 32 * kRowStatsWarps, 0, stream>>>(bp);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   if (p.seqlen_k > 0) {

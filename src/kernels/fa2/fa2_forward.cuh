@@ -75,11 +75,11 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
   const int n_tiles = forward_kv_tiles(p, q0, kBlockM, kBlockN);
 
   auto load_k = [&](int tile) {
-    load_rows_async<TileKV, kThreads>(sK + (tile % kStages) * TileKV::kElems, k, p.k_row_stride,
+    load_rows_async<TileKV, kThreads, /*kFullTileBranch=*/false>(sK + (tile % kStages) * TileKV::kElems, k, p.k_row_stride,
                                       tile * kBlockN, p.seqlen_k);
   };
   auto load_v = [&](int tile) {
-    load_rows_async<TileKV, kThreads>(sV + (tile % kStages) * TileKV::kElems, v, p.v_row_stride,
+    load_rows_async<TileKV, kThreads, /*kFullTileBranch=*/false>(sV + (tile % kStages) * TileKV::kElems, v, p.v_row_stride,
                                       tile * kBlockN, p.seqlen_k);
   };
   load_rows_async<TileQ, kThreads>(sQ, q, p.q_row_stride, q0, p.seqlen_q);

@@ -37,15 +37,29 @@ struct FwdShape {
   static constexpr size_t kSmemBytes = size_t(kBlockM + 2 * kKVStages * kBlockN) * D * 2;
 };
 
+// The backward's row statistics (LSE, D) are stored per (batch, head) with the rows padded to a
+// multiple of every shape's kBlockM: a Q block's statistics are then one in-range 16-byte-aligned
+// copy, and the padded rows hold (LSE = +inf, D = 0), which give P = 0.
+constexpr int kRowStatsAlign = 128;
+constexpr int row_stats_rows(int seqlen_q) {
+  return (seqlen_q + kRowStatsAlign - 1) / kRowStatsAlign * kRowStatsAlign;
+}
+
 // Backward: one CTA per (KV block of kBlockN keys, KV head, batch), looping over the Q blocks of
 // kBlockM rows of every query head that shares the KV head; 8 warps, each owning 32 rows (two
 // 16-row MMA tiles, so every B fragment read from shared memory feeds two MMAs) of every GEMM:
 //   S, dP (BlockM x BlockN) and dQ (BlockM x D):  kSRowWarps x kSColWarps warps
 //   dK, dV (BlockN x D):                          kKVRowWarps x kKVColWarps warps
-// 128-key blocks (d <= 128) halve the dQ atomics per FLOP against 64-key blocks, as in FA2.
-// Q and dO are double-buffered (block i + 1 loads while block i computes). kSmallSmem: the shape
-// for GPUs with less shared memory per block than the d = 256 shape's 208 KB (A100: 163 KB): d=256
-// with one Q/dO buffer (144 KB), measured 7% slower on the H100.
+// 128-key blocks (d <= 128) halve the dQ additions per FLOP against 64-key blocks, as in FA2.
+// Q and dO are double-buffered at d <= 128 (block i + 1 loads while block i computes).
+// dQ (kDqStaged): staged in shared memory as fp32 and added to the workspace by sm90's bulk copy
+// engine, one bulk reduction per row (fa2_backward.cuh), instead of fp32 atomics from registers;
+// with the atomics' registers free, the S, dP and dQ GEMMs' k loops unroll without spilling:
+// +7% at d=128 on the H100 (the staging alone, +0%; the unroll alone, with atomics, +2%). Rows
+// are padded by 8 floats, so the C fragments' 8-byte stores are free of bank conflicts. d=256 has
+// room for the 68 KB of staging only with one Q/dO buffer (212 KB), measured +1.5% over two
+// buffers with atomics. kSmallSmem: the shapes for GPUs with less shared memory per block (A100:
+// 163 KB; sm80 code has no bulk reduction anyway): fp32 atomics, and d=256 with one buffer (144 KB).
 template <int D, bool kSmallSmem = false>
 struct BwdShape {
   static constexpr int kHeadDim = D;
@@ -56,15 +70,20 @@ struct BwdShape {
   // LSE/D loads) and more MMAs per fragment in the narrow GEMMs; +13% there, measured.
   static constexpr int kBlockM = D == 64 ? 128 : 64;
   static constexpr int kBlockN = D == 256 ? 64 : 128;
-  static constexpr int kStages = D == 256 && kSmallSmem ? 1 : 2;
+  static constexpr int kStages = D == 256 ? 1 : 2;
   static constexpr int kSRowWarps = kBlockM / (16 * kMTiles);
   static constexpr int kSColWarps = kWarps / kSRowWarps;
   static constexpr int kKVRowWarps = kBlockN / (16 * kMTiles);
   static constexpr int kKVColWarps = kWarps / kKVRowWarps;
+  static constexpr bool kDqStaged = !kSmallSmem;  // when compiled for sm90 (kernel)
+  static constexpr int kDqRowFloats = D + 8;
   static constexpr size_t kSmemBytes =
-      size_t(2 * kBlockN * D + kStages * 2 * kBlockM * D + 2 * kBlockM * kBlockN) * 2;
+      size_t(2 * kBlockN * D + kStages * 2 * kBlockM * D + 2 * kBlockM * kBlockN) * 2 +
+      size_t(kStages * kBlockM) * 2 * sizeof(float) +  // the row statistics (LSE, D) per stage
+      (kDqStaged ? size_t(kBlockM) * kDqRowFloats * sizeof(float) : 0);
   // dK and dV are staged for their stores in the Q and dO buffers.
   static_assert(kBlockN <= kStages * kBlockM, "a (BlockN x D) tile fits in the Q/dO buffers");
+  static_assert(kRowStatsAlign % kBlockM == 0, "a Q block's row statistics lie in the padding");
 };
 
 // Whether a head dim has a small-smem shape of its own (else its kernel is instantiated once).

@@ -33,8 +33,10 @@ struct SwizzledTile {
 // threads of the CTA take part; the caller commits and waits.
 // Each thread copies one chunk column, every kRowsPerPass-th row, through one running pointer:
 // the step is made opaque to the compiler, which otherwise precomputes every copy's 64-bit address
-// once and holds them (or spills them) across the caller's whole loop.
-template <class Tile, int Threads, typename T>
+// once and holds them (or spills them) across the caller's whole loop. kFullTileBranch: a tile
+// wholly in range (all but a sequence's last) takes a branch without the per-row predicates and
+// address selects (fewer instructions, but the second copy of the loop can cost a register).
+template <class Tile, int Threads, bool kFullTileBranch = true, typename T>
 __device__ __forceinline__ void load_rows_async(T* tile, const T* gmem, int64_t row_stride,
                                                 int row0, int rows_valid) {
   static_assert(Threads % Tile::kChunksPerRow == 0, "a pass of all threads covers whole rows");
@@ -44,10 +46,16 @@ __device__ __forceinline__ void load_rows_async(T* tile, const T* gmem, int64_t 
   int64_t step = kRowsPerPass * row_stride;
   asm volatile("" : "+l"(step));
   const T* src = gmem + (row0 + r) * row_stride + c * 8;
+  if (kFullTileBranch && row0 + Tile::kRows <= rows_valid) {  // uniform across the CTA
 #pragma unroll
-  for (int i = 0; i < Tile::kRows / kRowsPerPass; ++i, src += step) {
-    const bool valid = row0 + r + i * kRowsPerPass < rows_valid;
-    cp_async_16(tile + Tile::offset(r + i * kRowsPerPass, c * 8), valid ? src : gmem, valid);
+    for (int i = 0; i < Tile::kRows / kRowsPerPass; ++i, src += step)
+      cp_async_16(tile + Tile::offset(r + i * kRowsPerPass, c * 8), src);
+  } else {
+#pragma unroll
+    for (int i = 0; i < Tile::kRows / kRowsPerPass; ++i, src += step) {
+      const bool valid = row0 + r + i * kRowsPerPass < rows_valid;
+      cp_async_16(tile + Tile::offset(r + i * kRowsPerPass, c * 8), valid ? src : gmem, valid);
+    }
   }
 }
 
@@ -125,7 +133,8 @@ enum class Stored { kRowMajor, kTransposed };
 // a_m0 and b_n0 must be multiples of the warp's extent (16 MT and 8 NT; LaneOffsets). k runs in
 // blocks of 64 (4 unrolled k16 steps, one per phase of the row-major operands), the blocks not
 // unrolled: unrolling them spilled the d=128 forward and backward on sm90 and measured 3% slower.
-template <typename T, int MT, int NT, int K, Stored AStore, Stored BStore, class TileA, class TileB>
+template <typename T, int MT, int NT, int K, Stored AStore, Stored BStore, class TileA, class TileB,
+          bool kUnrollK = false>
 __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, int a_m0,
                                           const T* sB, int b_n0) {
   static_assert(NT % 2 == 0, "B is loaded in pairs of n8 tiles");
@@ -136,7 +145,7 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, 
   using BOffsets = LaneOffsets<TileB, kBTrans ? FragmentKind::kBPairTrans : FragmentKind::kBPair>;
   const AOffsets a_off = kATrans ? AOffsets(sA, 0, a_m0 / 8) : AOffsets(sA, a_m0, 0);
   const BOffsets b_off = kBTrans ? BOffsets(sB, 0, b_n0 / 8) : BOffsets(sB, b_n0, 0);
-#pragma unroll 1
+#pragma unroll (kUnrollK ? K / 64 : 1)
   for (int k64 = 0; k64 < K; k64 += 64) {
     // Row-major operands step through chunks as k grows (16 bytes per 8 elements of k), transposed
     // ones through rows.
