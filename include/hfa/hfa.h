@@ -150,7 +150,8 @@ struct BackwardArgs {
 
 // Runs attention backward on `stream` (asynchronous). The kernel takes a stream-ordered fp32
 // workspace of batch * heads_q * (seqlen_q * head_dim + 2 * seqlen_q rounded up to a multiple of
-// 128) * 4 bytes (cudaMallocAsync, freed on the stream); kOutOfMemory if it does not fit. Rows that saw no key (lse = -inf) get no gradient.
+// 128) * 4 bytes (cudaMallocAsync, freed on the stream); kOutOfMemory if it does not fit. Rows
+// that saw no key (lse = -inf) get no gradient.
 // batch == 0 launches nothing; seqlen_q == 0 gives dk = dv = 0, seqlen_k == 0 gives dq = 0.
 Status backward(const BackwardArgs& args, cudaStream_t stream = nullptr);
 

@@ -349,8 +349,9 @@ cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream) {
   const FwdProblem& p = bp.fwd;
   // seqlen_q == 0 still launches the main kernel (dK = dV = 0); seqlen_k == 0 the convert (dQ = 0).
   if (p.seqlen_q > 0) {
-    fa2_row_stats_kernel<T, D><<<dim3(ceil_div(bp.row_stats_rows, kRowStatsWarps), p.heads_q, p.batch),
-                                 32 * kRowStatsWarps, 0, stream>>>(bp);
+    fa2_row_stats_kernel<T, D>
+        <<<dim3(ceil_div(bp.row_stats_rows, kRowStatsWarps), p.heads_q, p.batch),
+           32 * kRowStatsWarps, 0, stream>>>(bp);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   if (p.seqlen_k > 0) {
