@@ -85,11 +85,11 @@ __device__ __forceinline__ void consume_q_tile(const typename K4Config<T, D>::Pa
     after_tile(tile);
   }
 
-  float lse[decltype(size<0>(o_rc))::value];
-  softmax.finalize(o_rc, lse);
+  float lse[decltype(size<0>(o_rc))::value], inv[decltype(size<0>(o_rc))::value];
+  softmax.finalize(inv, lse);
   Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<D>>{}));
   Tensor coord_rc = sm90::as_rowcol(tOcO);
-  sm90::store_output<T>(p, o_rc, coord_rc, lse, bc.batch, bc.head, q0);
+  sm90::store_output<T>(p, o_rc, inv, coord_rc, lse, bc.batch, bc.head, q0);
 }
 
 template <typename T, int D>

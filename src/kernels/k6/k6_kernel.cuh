@@ -26,6 +26,7 @@
 #include "kernels/sm90/common/attention_config.cuh"
 #include "kernels/sm90/common/attention_loads.cuh"
 #include "kernels/sm90/common/fragment_softmax.cuh"
+#include "kernels/sm90/common/gmma_extended.cuh"
 #include "kernels/sm90/common/mask.cuh"
 #include "kernels/sm90/common/tile_scheduler.cuh"
 #include "kernels/sm90/common/warpgroup_turns.cuh"
@@ -46,21 +47,22 @@ using K6Config = sm90::AttentionConfig<T, D, block_n(D), stages(D)>;
 
 // One consumer warpgroup's work on one Q tile (its 64 rows): every KV tile, then O and LSE out.
 // kv / q: the consumer's positions in the K and V rings (they move together) and the Q ring,
-// carried across tiles.
-template <typename T, int D, bool kPingPong, bool kOverlap>
-__device__ __forceinline__ void consume_tile(const typename K6Config<T, D>::Params& params,
-                                             typename K6Config<T, D>::SharedStorage& ss,
-                                             const sm90::BlockCoord& bc,
-                                             typename K6Config<T, D>::Pipeline::State& kv,
-                                             typename K6Config<T, D>::QPipeline::State& q,
+// carried across tiles. Which tile it is comes with Q (SharedStorage::q_tile_coord).
+template <typename T, class Config, bool kPingPong, bool kOverlap>
+__device__ __forceinline__ void consume_tile(const typename Config::Params& params,
+                                             typename Config::SharedStorage& ss,
+                                             typename Config::Pipeline::State& kv,
+                                             typename Config::QPipeline::State& q,
                                              const sm90::WarpgroupTurns<kPingPong>& turns,
                                              int mma_thread) {
-  using Config = K6Config<T, D>;
+  constexpr int D = Config::kHeadDim;
   using Pipeline = typename Config::Pipeline;
   using QPipeline = typename Config::QPipeline;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
   using namespace cute;
   const FwdProblem& p = params.problem;
+  QPipeline::consumer_wait(ss.q_pipeline, q);
+  const sm90::BlockCoord bc{ss.q_tile_coord[0], ss.q_tile_coord[1], ss.q_tile_coord[2]};
   const int q0 = bc.m_block * kBlockM;
   const sm90::KvRange range = sm90::AttentionMask::range(p, q0, kBlockM, kBlockN);
   const sm90::AttentionMask mask(p);
@@ -96,16 +98,14 @@ __device__ __forceinline__ void consume_tile(const typename K6Config<T, D>::Para
     sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_pv, tOrP, tOrV, tOrO);
   };
   // S of `tile` (K stage `st`) has landed: K_j is free, and Q after the tile's last Q K^T;
-  // scale, mask, softmax.
-  auto softmax_of = [&](int tile, const typename Pipeline::State& st) {
+  // scale, mask (where `masked`), softmax.
+  auto softmax_of = [&](int tile, const typename Pipeline::State& st, bool masked) {
     Pipeline::consumer_release(ss.pipeline, st);
     if (tile == range.n_tiles - 1) QPipeline::consumer_release(ss.q_pipeline, q);
-    sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, tile >= range.n_unmasked, q0, tile * kBlockN,
-                                     scale_log2);
+    sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, masked, q0, tile * kBlockN, scale_log2);
     softmax.update_scores(s_rc, alpha);
   };
 
-  QPipeline::consumer_wait(ss.q_pipeline, q);
   if (range.n_tiles == 0) QPipeline::consumer_release(ss.q_pipeline, q);  // sees no key: O = 0
   typename Pipeline::State prev = kv;  // the stage whose P V is pending
   if (range.n_tiles > 0) {
@@ -116,12 +116,13 @@ __device__ __forceinline__ void consume_tile(const typename K6Config<T, D>::Para
     turns.end();
     warpgroup_wait<0>();
     sm90::fence_after_wait(tSrS);
-    softmax_of(0, kv);
+    softmax_of(0, kv, range.n_unmasked == 0);
     sm90::convert_to_a_operand(tSrS, tOrP);
     prev = kv;
     kv.advance();
   }
   for (int tile = 1; tile < range.n_tiles; ++tile) {
+    const bool masked = tile >= range.n_unmasked;
     Pipeline::consumer_wait(ss.pipeline, kv);
     turns.begin();
     if constexpr (kOverlap) {  // S_j and P_{j-1} V_{j-1} in flight together; wait for S_j only
@@ -131,7 +132,7 @@ __device__ __forceinline__ void consume_tile(const typename K6Config<T, D>::Para
       turns.end();
       warpgroup_wait<1>();
       sm90::fence_after_wait(tSrS);
-      softmax_of(tile, kv);
+      softmax_of(tile, kv, masked);
       warpgroup_wait<0>();
       sm90::fence_after_wait(tOrO, tOrP);
     } else {  // one GEMM at a time: P_{j-1} V_{j-1}, then S_j, then the softmax
@@ -143,7 +144,7 @@ __device__ __forceinline__ void consume_tile(const typename K6Config<T, D>::Para
       turns.end();
       warpgroup_wait<0>();
       sm90::fence_after_wait(tSrS);
-      softmax_of(tile, kv);
+      softmax_of(tile, kv, masked);
     }
     Pipeline::consumer_release(ss.pipeline_v, prev);
     softmax.rescale(o_rc, alpha);
@@ -161,17 +162,17 @@ __device__ __forceinline__ void consume_tile(const typename K6Config<T, D>::Para
     Pipeline::consumer_release(ss.pipeline_v, prev);
   }
 
-  float lse[kRows];
-  softmax.finalize(o_rc, lse);
+  float lse[kRows], inv[kRows];
+  softmax.finalize(inv, lse);
   Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<D>>{}));
   Tensor coord_rc = sm90::as_rowcol(tOcO);
-  sm90::store_output<T>(p, o_rc, coord_rc, lse, bc.batch, bc.head, q0);
+  sm90::store_output<T>(p, o_rc, inv, coord_rc, lse, bc.batch, bc.head, q0);
 }
 
-template <typename T, int D, Variant V>
+template <typename T, class Config, Variant V>
 __global__ void __launch_bounds__(kThreads, 1)
-    k6_forward_kernel(const __grid_constant__ typename K6Config<T, D>::Params params) {
-  using Config = K6Config<T, D>;
+    k6_forward_kernel(const __grid_constant__ typename Config::Params params) {
+  constexpr int D = Config::kHeadDim;
   using Pipeline = typename Config::Pipeline;
   using QPipeline = typename Config::QPipeline;
   constexpr bool kPingPong = V != Variant::kNoPingPong;
@@ -198,8 +199,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       const sm90::BlockCoord bc = scheduler.block_coord(idx);
       const int n_tiles = sm90::AttentionMask::range(p, bc.m_block * Config::kBlockM,
                                                      Config::kBlockM, Config::kBlockN).n_tiles;
+      // The consumers read the tile's coordinates from shared memory with its Q: four integer
+      // divisions fewer on their critical path between tiles.
       sm90::load_q_stage<QPipeline, Config::kBlockM, D, typename Config::QLayout>(
-          ss.q_pipeline, q, params.tma_q, ss.q, p, bc.head, bc.batch, bc.m_block);
+          ss.q_pipeline, q, params.tma_q, ss.q, p, bc.head, bc.batch, bc.m_block, [&] {
+            ss.q_tile_coord[0] = bc.m_block;
+            ss.q_tile_coord[1] = bc.head;
+            ss.q_tile_coord[2] = bc.batch;
+          });
       const int hk = bc.head / p.group_size();
       for (int tile = 0; tile < n_tiles; ++tile) {  // each waits for its stage to be released
         sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
@@ -217,10 +224,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     typename QPipeline::State q = QPipeline::consumer_start();
     turns.start();
     for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
-      const int idx = scheduler.tile_index(round, blockIdx.x, gridDim.x);
-      if (idx >= scheduler.tiles()) continue;
-      consume_tile<T, D, kPingPong, kOverlap>(params, ss, scheduler.block_coord(idx), kv, q, turns,
-                                              mma_thread);
+      if (scheduler.tile_index(round, blockIdx.x, gridDim.x) >= scheduler.tiles()) continue;
+      consume_tile<T, Config, kPingPong, kOverlap>(params, ss, kv, q, turns, mma_thread);
       q.advance();
     }
     turns.finish();
@@ -240,8 +245,8 @@ cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
   const int grid = sm90::PersistentTileScheduler::grid_size(p, Config::kBlockM, sm_count);
   params.tile_group = sm90::PersistentTileScheduler::group_size(p, Config::kBlockM, sizeof(T),
                                                                 kL2GroupBytes, grid);
-  return sm90::launch_attention<Config>(k6_forward_kernel<T, D, V>, dim3(grid), kThreads, params,
-                                        stream);
+  return sm90::launch_attention<Config>(k6_forward_kernel<T, Config, V>, dim3(grid), kThreads,
+                                        params, stream);
 }
 
 }  // namespace hfa::k6

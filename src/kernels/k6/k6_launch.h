@@ -3,18 +3,27 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+
 #include "common/problem.h"
-#include "kernels/k4/k4_launch.h"
 
 namespace hfa::k6 {
 
-// K4's tiles and ring depths (k4_launch.h): 128 x 128 x 5 stages at d = 64, 128 x 128 x 3 at
-// d = 128, 128 x 64 x 2 at d = 256. With the intra-warpgroup overlap the next tile's S and this
-// tile's P are live at once; they still fit 240 registers. A 192-key tile at d = 64 was measured
-// and not kept (WORKLOG, K6).
-using k4::block_n;
-using k4::smem_bytes;
-using k4::stages;
+// Keys per KV tile and ring depth per head dim (the Q tile is 128 rows, 64 per consumer
+// warpgroup), chosen by measurement (WORKLOG, K6): 128 x 5 stages at d = 64 (a 192-key tile lost
+// 25% at s = 512), 128 x 3 at d = 128 (FlashAttention-3's 176 x 2 lost 3-10% at s <= 2k and
+// gained < 1% at 16k), 80 x 2 at d = 256 (+2-6% over 64 x 2: fewer softmax passes per key; the
+// N = 80 GMMA needs sm90/common/gmma_extended.cuh). Each fits 227 KB of shared memory (Q tile +
+// stages x (K + V tiles)) and, with the intra-warpgroup overlap keeping the next tile's S and
+// this tile's P live at once, 240 registers without spilling.
+constexpr int block_n(int head_dim) { return head_dim <= 128 ? 128 : 80; }
+constexpr int stages(int head_dim) { return head_dim <= 64 ? 5 : (head_dim <= 128 ? 3 : 2); }
+constexpr size_t smem_bytes(int head_dim) {
+  const size_t q = size_t{128} * head_dim * 2, kv = static_cast<size_t>(block_n(head_dim)) * head_dim * 2;
+  return q + 2 * stages(head_dim) * kv + 1024 + 1024;  // barriers, alignment slack
+}
+static_assert(smem_bytes(64) <= 232448 && smem_bytes(128) <= 232448 && smem_bytes(256) <= 232448,
+              "a k6 tile shape exceeds 227 KB of shared memory");
 
 // The ablation of the FA3 paper's Table 2: k6 with both overlaps, and with one switched off.
 enum class Variant { kFull, kNoPingPong, kNoIntraWarpgroupOverlap };

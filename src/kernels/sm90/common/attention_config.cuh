@@ -17,6 +17,18 @@
 
 namespace hfa::sm90 {
 
+// The GMMA atom of S = Q K^T for a (64 x N) slab per warpgroup, k = 16 per instruction. CuTe's
+// selector covers N that are multiples of 64 (and 96, 192); other N are specialized in
+// gmma_extended.cuh, which a kernel using them includes. The check keeps the selector from
+// silently tiling N with a narrower atom.
+template <typename E, int N, int D>
+struct QkAtom {
+  using type = decltype(cute::GMMA::ss_op_selector<E, E, float,
+                                                   cute::Shape<cute::_64, cute::Int<N>, cute::Int<D>>>());
+  static_assert(cute::size<1>(typename cute::MMA_Traits<type>::Shape_MNK{}) == N,
+                "this tile width needs an extended GMMA shape: include sm90/common/gmma_extended.cuh");
+};
+
 template <typename T, int D, int BlockN, int Stages>
 struct AttentionConfig {
   using E = typename CutlassElement<T>::type;
@@ -29,9 +41,7 @@ struct AttentionConfig {
       KVLayout{}, cute::Layout<cute::Shape<cute::Int<D>, cute::Int<kBlockN>>,
                                cute::Stride<cute::Int<kBlockN>, cute::_1>>{}));
   using WarpgroupsAlongM = cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>;
-  using MmaQK = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<kBlockN>, cute::Int<D>>>(),
-      WarpgroupsAlongM{}));
+  using MmaQK = decltype(cute::make_tiled_mma(typename QkAtom<E, kBlockN, D>::type{}, WarpgroupsAlongM{}));
   using MmaPV = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<D>, cute::Int<kBlockN>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
@@ -49,6 +59,7 @@ struct AttentionConfig {
     typename Pipeline::SharedStorage pipeline;    // K4/K5: K and V tiles together; K6: K only
     typename Pipeline::SharedStorage pipeline_v;  // K6: V's own barriers (unused by K4/K5)
     typename QPipeline::SharedStorage q_pipeline;
+    int q_tile_coord[3];  // K6: (m_block, head, batch) of the tile in q, published with it
   };
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
 
@@ -60,13 +71,19 @@ struct AttentionConfig {
   };
 };
 
-// O (fp32 fragment, normalized) and LSE to global memory; rows past seqlen_q are dropped.
-// o_rc / coord_rc: the thread's O fragment and its (row, col) coordinates as (rows, cols) views.
+// O (fp32 fragment, times its row's factor: OnlineSoftmax::finalize) and LSE to global memory;
+// rows past seqlen_q are dropped. o_rc / coord_rc: the thread's O fragment and its (row, col)
+// coordinates as (rows, cols) views.
+// A thread's columns sit at fixed offsets from its first one, so each row gets one pointer and
+// every store an immediate offset from it (indexing by the column's int made ptxas build a 64-bit
+// address per store: ~3 instructions each, 40% of k6's per-tile code at s = 512).
 template <typename T, class TO, class TC>
-__device__ __forceinline__ void store_output(const FwdProblem& p, TO& o_rc, TC& coord_rc,
+__device__ __forceinline__ void store_output(const FwdProblem& p, const TO& o_rc,
+                                             const float* row_factor, const TC& coord_rc,
                                              const float* lse, int b, int h, int q0) {
   using namespace cute;
-  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
+  const int col0 = get<1>(coord_rc(0, 0));
+  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + col0;
   CUTE_UNROLL
   for (int r = 0; r < size<0>(o_rc); ++r) {
     const int qi = q0 + get<0>(coord_rc(r, 0));
@@ -74,9 +91,10 @@ __device__ __forceinline__ void store_output(const FwdProblem& p, TO& o_rc, TC& 
     T* orow = o + qi * p.o_row_stride;
     CUTE_UNROLL
     for (int c = 0; c < size<1>(o_rc); c += 2) {  // a thread's column pairs are adjacent
-      const int col = get<1>(coord_rc(r, c));
-      T pair[2] = {from_float<T>(o_rc(r, c)), from_float<T>(o_rc(r, c + 1))};
-      *reinterpret_cast<uint32_t*>(orow + col) = *reinterpret_cast<uint32_t*>(pair);
+      const int dc = get<1>(coord_rc(r, c)) - col0;  // a constant once unrolled
+      T pair[2] = {from_float<T>(o_rc(r, c) * row_factor[r]),
+                   from_float<T>(o_rc(r, c + 1) * row_factor[r])};
+      *reinterpret_cast<uint32_t*>(orow + dc) = *reinterpret_cast<uint32_t*>(pair);
     }
     if (p.lse && threadIdx.x % 4 == 0)
       p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + qi * p.lse_row_stride] = lse[r];

@@ -22,12 +22,15 @@ __device__ void load_q_tile(const Tma& tma, uint64_t& barrier, Element* smem, co
 
 // Q tile `m_block` of (batch b, head h) into the Q buffer, treated as a one-stage ring
 // (AttentionConfig::QPipeline): waits until the previous tile's Q was released. Advances `state`.
-template <class QPipeline, int BlockM, int D, class QLayout, class Tma, class Element>
+// fill_stage: shared-memory writes published with the Q tile (see TmaPipeline::producer_acquire).
+template <class QPipeline, int BlockM, int D, class QLayout, class Tma, class Element,
+          class Fill = NoStageFill>
 __device__ void load_q_stage(typename QPipeline::SharedStorage& q_pipeline,
                              typename QPipeline::State& state, const Tma& tma, Element* smem,
-                             const FwdProblem& p, int h, int b, int m_block) {
+                             const FwdProblem& p, int h, int b, int m_block,
+                             const Fill& fill_stage = Fill{}) {
   using namespace cute;
-  QPipeline::producer_acquire(q_pipeline, state, BlockM * D * sizeof(Element));
+  QPipeline::producer_acquire(q_pipeline, state, BlockM * D * sizeof(Element), fill_stage);
   load_tile<BlockM, D>(tma, QPipeline::full_barrier(q_pipeline, state),
                        make_tensor(make_smem_ptr(smem), QLayout{}), p.seqlen_q, p.heads_q, p.batch,
                        h, b, m_block);

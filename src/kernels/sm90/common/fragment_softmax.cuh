@@ -77,18 +77,15 @@ struct OnlineSoftmax {
       for (int c = 0; c < size<1>(o); ++c) o(r, c) *= alpha[r];
   }
 
-  // Divides O by the row sums (0 for rows that saw no key: the l = 0 guard) and returns each
-  // row's natural-log LSE (-inf for those rows).
-  template <class TO>
-  __device__ __forceinline__ void finalize(TO& o, float (&lse)[kRows]) {
-    using namespace cute;
+  // Each row's factor for O (1 / row sum; 0 for rows that saw no key: the l = 0 guard) and its
+  // natural-log LSE (-inf for those rows). O itself is not touched: the epilogue applies the
+  // factor as it converts (store_output), one multiply per element either way.
+  __device__ __forceinline__ void finalize(float (&inv)[kRows], float (&lse)[kRows]) const {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const float l = quad_sum(row_sum[r]);
-      const float inv = l > 0.f ? 1.f / l : 0.f;
+      inv[r] = l > 0.f ? 1.f / l : 0.f;
       lse[r] = l > 0.f ? (row_max[r] * factor + log2f(l)) * kLn2 : -INFINITY;
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= inv;
     }
   }
 };

@@ -26,8 +26,9 @@ struct AttentionMask {
   __device__ explicit AttentionMask(const FwdProblem& p)
       : seqlen_k(p.seqlen_k), offset(p.causal_offset()), causal(p.causal) {}
 
-  __device__ bool visible(int query, int key) const {
-    return key < seqlen_k && (!causal || key <= query + offset);
+  // Query `query` sees exactly the keys [0, key_limit(query)).
+  __device__ int key_limit(int query) const {
+    return causal ? min(seqlen_k, query + offset + 1) : seqlen_k;
   }
 
   __device__ static KvRange range(const FwdProblem& p, int q0, int block_m, int block_n) {
@@ -48,12 +49,15 @@ __device__ __forceinline__ void scale_and_mask(TS& s_rc, const TC& c_rc, const A
   using namespace cute;
   const bool scale_here = !kFoldScale || !(scale_log2 > 0.f);
   if (needs_mask) {
+    // One limit per row, then one compare per score: a row's visible keys are a prefix.
     CUTE_UNROLL
-    for (int r = 0; r < size<0>(s_rc); ++r)
+    for (int r = 0; r < size<0>(s_rc); ++r) {
+      const int limit = mask.key_limit(q0 + get<0>(c_rc(r, 0))) - k0;  // in tile columns
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s_rc); ++c)
-        s_rc(r, c) = mask.visible(q0 + get<0>(c_rc(r, c)), k0 + get<1>(c_rc(r, c)))
+        s_rc(r, c) = get<1>(c_rc(r, c)) < limit
                          ? (scale_here ? s_rc(r, c) * scale_log2 : s_rc(r, c)) : -INFINITY;
+    }
   } else if (scale_here) {
     CUTE_UNROLL
     for (int i = 0; i < size(s_rc); ++i) s_rc(i) *= scale_log2;

@@ -11,6 +11,11 @@
 
 namespace hfa::sm90 {
 
+// What a stage carries besides the TMA's bytes, by default: nothing.
+struct NoStageFill {
+  __device__ void operator()() const {}
+};
+
 template <int Stages>
 struct TmaPipeline {
   struct SharedStorage {
@@ -43,8 +48,14 @@ struct TmaPipeline {
   __device__ static State consumer_start() { return State{0, 0}; }
 
   // Producer: wait until the stage is empty, then announce the bytes the TMA will bring.
-  __device__ static void producer_acquire(SharedStorage& s, const State& st, uint32_t tx_bytes) {
+  // fill_stage() runs in between: plain shared-memory writes that belong to the stage (K6: the
+  // tile's coordinates next to its Q). The arrive releases them and the consumers' wait on the
+  // full barrier acquires them, like the TMA's bytes.
+  template <class Fill = NoStageFill>
+  __device__ static void producer_acquire(SharedStorage& s, const State& st, uint32_t tx_bytes,
+                                          const Fill& fill_stage = Fill{}) {
     cutlass::arch::ClusterBarrier::wait(&s.empty[st.index], st.phase);
+    fill_stage();
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&s.full[st.index], tx_bytes);
   }
   __device__ static uint64_t& full_barrier(SharedStorage& s, const State& st) {
