@@ -237,6 +237,13 @@ __global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProble
     warp_gemm<T, kMT, kKVTiles, kBlockM, Stored::kTransposed, Stored::kTransposed, TileP, TileQ>(
         dk, sdS, kv_row_w, sQi, kv_col_w);
 
+    if constexpr (kStages == 1) {  // Q/dO are free once every warp is done with dV and dK; the
+      // next block's loads then run under the dQ GEMM (which reads only dS and K).
+      __syncthreads();
+      if (it + 1 < n_iters) load_q_do(next_block(cur), 0);
+      cp_async_commit();
+    }
+
     // dQ_i += dS K_j, added into the fp32 workspace (other KV blocks add to the same rows); in
     // chunks of 64 columns so that d=256 with atomics does not need 64 more registers.
     {
@@ -282,11 +289,6 @@ __global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProble
           add_rows(std::true_type{});
       }
       if constexpr (kDqStaged) sm90::fence_proxy_async_shared();  // sdQ before the bulk reads
-    }
-    if constexpr (kStages == 1) {  // the only Q/dO buffer is free once every warp is done
-      __syncthreads();
-      if (it + 1 < n_iters) load_q_do(next_block(cur), 0);
-      cp_async_commit();
     }
     prev = cur;
     cur = next_block(cur);
