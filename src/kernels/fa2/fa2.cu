@@ -62,7 +62,7 @@ Status check_backward(const BwdProblem& bp, const DeviceInfo& device) {
   return check_grid_dim(kName, "heads_kv", p.heads_kv);
 }
 
-// Allocates the fp32 workspace on the stream (dQ accumulator, zeroed, and the row statistics
+// Allocates the fp32 workspace on the stream (dQ accumulator and the row statistics
 // (LSE, D = rowsum(dO * O)) on padded rows), runs the three launches, and frees the workspace in
 // stream order.
 Status launch_backward(const BwdProblem& problem, const DeviceInfo&, cudaStream_t stream) {
@@ -79,8 +79,8 @@ Status launch_backward(const BwdProblem& problem, const DeviceInfo&, cudaStream_
                                     "fa2 backward: allocating the fp32 dQ workspace"));
   bp.dq_accum = static_cast<float*>(workspace);
   bp.row_stats = bp.dq_accum + rows * p.head_dim;
-  cudaError_t err = rows > 0 ? cudaMemsetAsync(bp.dq_accum, 0, accum_bytes, stream) : cudaSuccess;
-  if (err == cudaSuccess) err = dispatch_dtype_head_dim<Fa2Backward>(bp, p.dtype, p.head_dim, stream);
+  // (The row-statistics kernel zeroes the dQ accumulator.)
+  cudaError_t err = dispatch_dtype_head_dim<Fa2Backward>(bp, p.dtype, p.head_dim, stream);
   const cudaError_t free_err = workspace ? cudaFreeAsync(workspace, stream) : cudaSuccess;
   if (err == cudaSuccess) err = free_err;
   return cuda_status(err, "launching fa2 backward");
@@ -102,7 +102,8 @@ BackwardKernelEntry fa2_backward_entry() {
   e.name = kName;
   e.description =
       "FA2 backward (Algorithm 2) on mma.sync: one CTA per KV block, P recomputed from LSE, dK/dV "
-      "on chip (summed over the GQA group), dQ by fp32 atomics";
+      "on chip (summed over the GQA group), dQ added in fp32 (TMA tensor reductions on sm90, atomics "
+      "before)";
   e.supports = "bf16/fp16, head_dim " HFA_HEAD_DIMS_STRING ", causal (block skipping), GQA/MQA; "
                "16-byte aligned pointers and strides; sm80+";
   e.auto_priority = 10;

@@ -1,7 +1,8 @@
 // FA2 backward (FlashAttention-2, Algorithm 2) on mma.sync tensor cores, for sm80 and newer.
 // Three launches:
 //   1. row_stats: D_i = rowsum(dO_i * O_i) in fp32 (the paper's preprocessing step), stored with
-//                LSE_i in base 2 beside it, so that the main kernel copies both with its Q block.
+//                LSE_i in base 2 beside it, so that the main kernel copies both with its Q block;
+//                it also zeroes the fp32 dQ accumulator.
 //   2. main:     one CTA per (KV block j, KV head, batch). K_j and V_j stay in shared memory and
 //                dK_j, dV_j in registers while the CTA walks over every Q block i of every query
 //                head that reads this KV head (GQA/MQA: the sum over the group happens on chip,
@@ -10,8 +11,9 @@
 //                  P = exp(S - LSE_i) (recomputed), dS = P * (dP - D_i)
 //                  dV_j += P^T dO_i, dK_j += dS^T Q_i       (P, dS through shared memory)
 //                  dQ_i += dS K_j                           (added into the fp32 workspace:
-//                      on sm90 staged in shared memory and added by bulk reductions, one per row,
-//                      issued when block i + 1 starts; else by fp32 atomics from registers)
+//                      on sm90 staged in shared memory and added by TMA tensor reductions, one
+//                      per 32-column slab, issued when block i + 1 starts; else by fp32 atomics
+//                      from registers)
 //                Causal: Q blocks wholly before the KV block are skipped.
 //   3. convert:  dQ = scale * dQ_accum in the output dtype and strides.
 // Q_{i+1} and dO_{i+1} load (cp.async) while block i computes, where shared memory allows.
@@ -26,40 +28,51 @@
 #include "kernels/common/numeric.cuh"
 #include "kernels/fa2/fa2_forward.cuh"
 #include "kernels/sm90/common/bulk_reduce.cuh"
+#include "kernels/sm90/common/tensor_map.h"
 
 namespace hfa::fa2 {
 
-// ---- 1. Row statistics (LSE * log2 e, D = rowsum(dO * O)): one warp per query row ---------------
+// ---- 1. Row statistics (LSE * log2 e, D = rowsum(dO * O)) and the zeroed dQ workspace -----------
+// D / 8 lanes per query row, one 16-byte chunk of O and of dO each; the same lanes zero the row's
+// D fp32 of the dQ accumulator (which the main kernel adds into), so that the workspace needs no
+// separate memset pass.
 
-constexpr int kRowStatsWarps = 8;
+constexpr int kRowStatsThreads = 256;
 
 template <typename T, int D>
-__global__ void __launch_bounds__(32 * kRowStatsWarps) fa2_row_stats_kernel(BwdProblem bp) {
+__global__ void __launch_bounds__(kRowStatsThreads) fa2_row_stats_kernel(BwdProblem bp) {
   const FwdProblem& p = bp.fwd;
-  const int row = blockIdx.x * kRowStatsWarps + threadIdx.x / 32, h = blockIdx.y, b = blockIdx.z;
-  const int lane = threadIdx.x % 32;
-  if (row >= bp.row_stats_rows) return;
-  float2* stats = reinterpret_cast<float2*>(bp.row_stats) +
-                  (static_cast<int64_t>(b) * p.heads_q + h) * bp.row_stats_rows + row;
+  constexpr int kLanesPerRow = D / kElemsPer16B;  // 8, 16 or 32: a power of two within a warp
+  constexpr int kRowsPerBlock = kRowStatsThreads / kLanesPerRow;
+  static_assert(kLanesPerRow <= 32 && 32 % kLanesPerRow == 0, "a row's lanes lie in one warp");
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kLanesPerRow, h = blockIdx.y,
+            b = blockIdx.z;
+  const int c = threadIdx.x % kLanesPerRow;  // this lane's 16-byte chunk of the row
+  if (row >= bp.row_stats_rows) return;  // a row's lanes return together (as for padding rows)
+  const int64_t bh = static_cast<int64_t>(b) * p.heads_q + h;
+  float2* stats = reinterpret_cast<float2*>(bp.row_stats) + bh * bp.row_stats_rows + row;
   if (row >= p.seqlen_q) {  // padding: P = 0, so no gradient
-    if (lane == 0) *stats = make_float2(INFINITY, 0.f);
+    if (c == 0) *stats = make_float2(INFINITY, 0.f);
     return;
   }
   const T* o = static_cast<const T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
                row * p.o_row_stride;
   const T* dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride +
                   h * bp.do_head_stride + row * bp.do_row_stride;
+  float of[8], df[8];
+  unpack8<T>(*reinterpret_cast<const uint4*>(o + c * kElemsPer16B), of);
+  unpack8<T>(*reinterpret_cast<const uint4*>(dout + c * kElemsPer16B), df);
   float dot = 0.f;
-  for (int c = lane; c < D / kElemsPer16B; c += 32) {
-    float of[8], df[8];
-    unpack8<T>(*reinterpret_cast<const uint4*>(o + c * kElemsPer16B), of);
-    unpack8<T>(*reinterpret_cast<const uint4*>(dout + c * kElemsPer16B), df);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) dot += of[e] * df[e];
-  }
+  for (int e = 0; e < 8; ++e) dot += of[e] * df[e];
+  float4* accum = reinterpret_cast<float4*>(bp.dq_accum + (bh * p.seqlen_q + row) * D) + 2 * c;
+  accum[0] = accum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  // The shuffles name only this row's lanes: other rows of the warp may have returned.
+  const unsigned row_lanes = static_cast<unsigned>((uint64_t{1} << kLanesPerRow) - 1)
+                             << (threadIdx.x % 32 / kLanesPerRow * kLanesPerRow);
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-  if (lane == 0) {
+  for (int off = kLanesPerRow / 2; off > 0; off /= 2) dot += __shfl_xor_sync(row_lanes, dot, off);
+  if (c == 0) {
     // A row that saw no key (LSE = -inf) gets +inf as well: P = 0.
     const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
     *stats = make_float2(lse == -INFINITY ? INFINITY : lse * kLog2e, dot);
@@ -86,8 +99,11 @@ __device__ __forceinline__ int backward_first_q_block(const FwdProblem& p, int k
   return first_row <= 0 ? 0 : first_row / block_m;
 }
 
+// dq_map: the dQ workspace as (D, seqlen_q, batch * heads_q) fp32 with (32, kBlockM) boxes, for
+// the staged path (unused by the atomics).
 template <typename T, class Shape>
-__global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProblem bp) {
+__global__ void __launch_bounds__(Shape::kThreads)
+    fa2_backward_kernel(BwdProblem bp, const __grid_constant__ CUtensorMap dq_map) {
   const FwdProblem& p = bp.fwd;
   constexpr int D = Shape::kHeadDim;
   constexpr int kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN, kStages = Shape::kStages;
@@ -104,19 +120,30 @@ __global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProble
   using TileP = SwizzledTile<kBlockM, kBlockN>;  // P and dS, [query][key]
 
   extern __shared__ uint4 smem_raw[];
-  T* sK = reinterpret_cast<T*>(smem_raw);
+  // The staged dQ block first, at the first 1024-byte boundary (kDqStageBytes has the slack).
+  char* const smem = reinterpret_cast<char*>(smem_raw);
+  float* sdQ = reinterpret_cast<float*>(
+      smem + ((0u - static_cast<unsigned>(__cvta_generic_to_shared(smem))) & 1023u));
+  T* sK = reinterpret_cast<T*>(smem + Shape::kDqStageBytes);
   T* sV = sK + TileKV::kElems;
   T* sQ = sV + TileKV::kElems;       // kStages buffers
   T* sdO = sQ + kStages * TileQ::kElems;  // kStages buffers
   T* sP = sdO + kStages * TileQ::kElems;
   T* sdS = sP + TileP::kElems;
   float2* sStats = reinterpret_cast<float2*>(sdS + TileP::kElems);  // kStages x kBlockM (LSE, D)
-  float* sdQ = reinterpret_cast<float*>(sStats + kStages * kBlockM);  // kBlockM x kDqRowFloats
   // dQ through shared memory and the bulk copy engine (fa2_shapes.h), else fp32 atomics; the k
   // loops of S, dP and dQ unroll only without the atomics (which hold registers: spills).
   constexpr bool kDqStaged = Shape::kDqStaged && sm90::kHasBulkReduce;
   constexpr bool kUnrollK = kDqStaged;
-  constexpr int kDqRowFloats = Shape::kDqRowFloats;
+  constexpr int kDqSlabCols = Shape::kDqSlabCols, kDqSlabs = D / kDqSlabCols;
+  static_assert(kDqSlabs <= Shape::kWarps, "one slab's reduction per warp");
+  // Element (row, col) of the staged dQ block: slab col / 32 of kBlockM rows x 128 bytes, 16-byte
+  // chunk c of row r at chunk c ^ (r % 8) (the tensor map's 128-byte swizzle): the C fragments'
+  // 8-byte stores (8 rows x 4 lanes) then fall on distinct banks.
+  auto dq_stage_offset = [](int row, int col) {
+    return (col / kDqSlabCols) * kBlockM * kDqSlabCols + row * kDqSlabCols +
+           ((col % kDqSlabCols / 4) ^ (row % 8)) * 4 + col % 4;
+  };
 
   const int k0 = blockIdx.x * kBlockN, hk = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -145,16 +172,13 @@ __global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProble
     if (blk.q0 == q_end) blk.q0 = m_begin * kBlockM, ++blk.h;
     return blk;
   };
-  // Staged dQ: lane l < kBlockM / kWarps of warp w adds row w * kBlockM / kWarps + l of sdQ (block
-  // blk's dQ) to the workspace, and later waits for those reads before the barrier after which
-  // sdQ is written again. (A bulk operation's operands live in uniform registers: the compiler
-  // issues a warp's operations one lane at a time, so every warp takes an equal share.)
-  auto reduce_dq_rows = [&](QBlock blk) {
-    constexpr int kRowsPerWarp = kBlockM / Shape::kWarps;
-    const int r = warp * kRowsPerWarp + lane;
-    if (lane < kRowsPerWarp && blk.q0 + r < p.seqlen_q) {
-      const int64_t row = (static_cast<int64_t>(b) * p.heads_q + blk.h) * p.seqlen_q + blk.q0 + r;
-      sm90::bulk_reduce_add_f32(bp.dq_accum + row * D, sdQ + r * kDqRowFloats, D * sizeof(float));
+  // Staged dQ: warp w < kDqSlabs adds slab w of sdQ (block blk's dQ, columns 32w .. 32w + 31) to
+  // the workspace with one TMA reduction (rows past seqlen_q lie outside the tensor map: skipped),
+  // and later waits for its reads before the barrier after which sdQ is written again.
+  auto reduce_dq = [&](QBlock blk) {
+    if (warp < kDqSlabs && lane == 0) {
+      sm90::tensor_reduce_add_f32(&dq_map, sdQ + warp * kBlockM * kDqSlabCols, warp * kDqSlabCols,
+                                  blk.q0, b * p.heads_q + blk.h);
       sm90::bulk_commit_group();
     }
   };
@@ -200,7 +224,7 @@ __global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProble
     const float2* sStatsi = sStats + stage * kBlockM + row_w + lane / 4;
     const int h = cur.h, q0 = cur.q0;
     if constexpr (kDqStaged) {  // block it - 1's dQ: its sdQ stores are visible (barrier above)
-      if (it > 0) reduce_dq_rows(prev);
+      if (it > 0) reduce_dq(prev);
     }
 
     {
@@ -269,8 +293,8 @@ __global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProble
               if constexpr (kDqStaged) {
 #pragma unroll
                 for (int nt = 0; nt < kDqChunkTiles; ++nt)
-                  *reinterpret_cast<float2*>(sdQ + (row_w + dr + lane / 4) * kDqRowFloats + col0 +
-                                             8 * nt + 2 * (lane % 4)) =
+                  *reinterpret_cast<float2*>(sdQ + dq_stage_offset(row_w + dr + lane / 4,
+                                                                   col0 + 8 * nt + 2 * (lane % 4))) =
                       make_float2(dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
               } else {
                 if (rows_checked && row0 + dr >= p.seqlen_q) continue;
@@ -296,7 +320,7 @@ __global__ void __launch_bounds__(Shape::kThreads) fa2_backward_kernel(BwdProble
   cp_async_wait<0>();
   __syncthreads();
   if constexpr (kDqStaged) {  // the last block's dQ, complete before the convert kernel reads it
-    if (n_iters > 0) reduce_dq_rows(prev);
+    if (n_iters > 0) reduce_dq(prev);
     sm90::bulk_wait<0>();
   }
 
@@ -341,9 +365,18 @@ __global__ void fa2_convert_dq_kernel(BwdProblem bp) {
 // bp's workspace already allocated and dq_accum zeroed; instantiated in fa2_hdim<D>.cu.
 template <typename T, class Shape>
 cudaError_t launch_backward_shape(const BwdProblem& bp, cudaStream_t stream) {
+  const FwdProblem& p = bp.fwd;
+  CUtensorMap dq_map{};  // staged dQ only, and only when there are rows to add
+  if (Shape::kDqStaged && p.seqlen_q > 0) {
+    if (cudaError_t err = sm90::encode_f32_tensor_map(
+            &dq_map, bp.dq_accum, Shape::kHeadDim, p.seqlen_q,
+            static_cast<uint64_t>(p.batch) * p.heads_q, Shape::kDqSlabCols, Shape::kBlockM);
+        err != cudaSuccess)
+      return err;
+  }
   return launch_with_smem(fa2_backward_kernel<T, Shape>,
-                          dim3(ceil_div(bp.fwd.seqlen_k, Shape::kBlockN), bp.fwd.heads_kv, bp.fwd.batch),
-                          Shape::kThreads, Shape::kSmemBytes, stream, bp);
+                          dim3(ceil_div(p.seqlen_k, Shape::kBlockN), p.heads_kv, p.batch),
+                          Shape::kThreads, Shape::kSmemBytes, stream, bp, dq_map);
 }
 
 template <typename T, int D>
@@ -351,9 +384,10 @@ cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream) {
   const FwdProblem& p = bp.fwd;
   // seqlen_q == 0 still launches the main kernel (dK = dV = 0); seqlen_k == 0 the convert (dQ = 0).
   if (p.seqlen_q > 0) {
+    constexpr int kRowsPerBlock = kRowStatsThreads / (D / kElemsPer16B);
     fa2_row_stats_kernel<T, D>
-        <<<dim3(ceil_div(bp.row_stats_rows, kRowStatsWarps), p.heads_q, p.batch),
-           32 * kRowStatsWarps, 0, stream>>>(bp);
+        <<<dim3(ceil_div(bp.row_stats_rows, kRowsPerBlock), p.heads_q, p.batch), kRowStatsThreads, 0,
+           stream>>>(bp);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   if (p.seqlen_k > 0) {

@@ -53,13 +53,14 @@ constexpr int row_stats_rows(int seqlen_q) {
 // 128-key blocks (d <= 128) halve the dQ additions per FLOP against 64-key blocks, as in FA2.
 // Q and dO are double-buffered at d <= 128 (block i + 1 loads while block i computes).
 // dQ (kDqStaged): staged in shared memory as fp32 and added to the workspace by sm90's bulk copy
-// engine, one bulk reduction per row (fa2_backward.cuh), instead of fp32 atomics from registers;
-// with the atomics' registers free, the S, dP and dQ GEMMs' k loops unroll without spilling:
-// +7% at d=128 on the H100 (the staging alone, +0%; the unroll alone, with atomics, +2%). Rows
-// are padded by 8 floats, so the C fragments' 8-byte stores are free of bank conflicts. d=256 has
-// room for the 68 KB of staging only with one Q/dO buffer (212 KB), measured +1.5% over two
-// buffers with atomics. kSmallSmem: the shapes for GPUs with less shared memory per block (A100:
-// 163 KB; sm80 code has no bulk reduction anyway): fp32 atomics, and d=256 with one buffer (144 KB).
+// engine (TMA tensor reductions, one per 32-column slab of the Q block: fa2_backward.cuh) instead
+// of fp32 atomics from registers; with the atomics' registers free, the S, dP and dQ GEMMs' k loops
+// unroll without spilling: +7% at d=128 on the H100 (the staging alone, +0%; the unroll alone,
+// with atomics, +2%). The slabs are 128-byte swizzled, so the C fragments' 8-byte stores are free
+// of bank conflicts. d=256 has room for the 64 KB of staging only with one Q/dO buffer (209 KB),
+// measured +1.5% over two buffers with atomics. kSmallSmem: the shapes for GPUs with less shared
+// memory per block (A100: 163 KB; sm80 code has no bulk reduction anyway): fp32 atomics, and d=256
+// with one buffer (144 KB).
 template <int D, bool kSmallSmem = false>
 struct BwdShape {
   static constexpr int kHeadDim = D;
@@ -76,11 +77,13 @@ struct BwdShape {
   static constexpr int kKVRowWarps = kBlockN / (16 * kMTiles);
   static constexpr int kKVColWarps = kWarps / kKVRowWarps;
   static constexpr bool kDqStaged = !kSmallSmem;  // when compiled for sm90 (kernel)
-  static constexpr int kDqRowFloats = D + 8;
+  static constexpr int kDqSlabCols = 32;           // fp32 columns per 128-byte swizzled slab
+  // The staged dQ block and 1 KB to align it (the 128-byte swizzle repeats every 1024 bytes).
+  static constexpr size_t kDqStageBytes = kDqStaged ? size_t(kBlockM) * D * sizeof(float) + 1024 : 0;
   static constexpr size_t kSmemBytes =
       size_t(2 * kBlockN * D + kStages * 2 * kBlockM * D + 2 * kBlockM * kBlockN) * 2 +
       size_t(kStages * kBlockM) * 2 * sizeof(float) +  // the row statistics (LSE, D) per stage
-      (kDqStaged ? size_t(kBlockM) * kDqRowFloats * sizeof(float) : 0);
+      kDqStageBytes;
   // dK and dV are staged for their stores in the Q and dO buffers.
   static_assert(kBlockN <= kStages * kBlockM, "a (BlockN x D) tile fits in the Q/dO buffers");
   static_assert(kRowStatsAlign % kBlockM == 0, "a Q block's row statistics lie in the padding");

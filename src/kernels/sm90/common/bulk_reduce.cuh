@@ -1,11 +1,15 @@
-// sm90's bulk copy engine as a reduction: cp.reduce.async.bulk adds a contiguous range of shared
-// memory into global memory element by element (fp32 add, performed at L2), asynchronously. The
-// issuing thread tracks its operations in bulk groups; before shared memory that a bulk operation
-// reads is written again, that thread waits for the group's reads (bulk_wait_read) and a barrier
-// tells the writers. Writers of the source make their (generic-proxy) stores visible to the bulk
-// engine's (async-proxy) reads with fence_proxy_async_shared() before that barrier.
+// sm90's bulk copy engine (TMA) as a reduction: cp.reduce.async.bulk.tensor adds a box of shared
+// memory into a global tensor element by element (fp32 add, performed at L2), asynchronously,
+// addressed through a tensor map (the global shape and strides, the box, the shared-memory swizzle:
+// encode_f32_tensor_map in tensor_map.h). Elements of the box outside the tensor are skipped.
+// The issuing thread tracks its operations in bulk groups; before shared memory that a bulk
+// operation reads is written again, that thread waits for the group's reads (bulk_wait_read) and
+// a barrier tells the writers. Writers of the source make their (generic-proxy) stores visible to
+// the bulk engine's (async-proxy) reads with fence_proxy_async_shared() before that barrier.
 // Plain PTX, no CuTe: usable from the mma.sync kernels, whose sm90 build takes these paths.
 #pragma once
+
+#include <cuda.h>
 
 #include <cstdint>
 
@@ -17,12 +21,15 @@ inline constexpr bool kHasBulkReduce = true;
 inline constexpr bool kHasBulkReduce = false;
 #endif
 
-// gmem[0 .. bytes/4) += smem[0 .. bytes/4); both 16-byte aligned, bytes a multiple of 16.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, uint32_t bytes) {
+// The (c0, c1, c2) box of the 3-D fp32 tensor that `map` describes += the box at `smem` (in the
+// map's box shape and swizzle; 128-byte aligned, 1024 for the 128-byte swizzle).
+__device__ __forceinline__ void tensor_reduce_add_f32(const CUtensorMap* map, const float* smem,
+                                                      int c0, int c1, int c2) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const unsigned src = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-               ::"l"(gmem), "r"(src), "r"(bytes) : "memory");
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+      ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
 #endif
 }
 
