@@ -18,8 +18,14 @@ namespace hfa::sm90 {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-template <int kRows, bool kFoldScale>
+// kLazyRescale (K6): a row's reference max moves only when a tile's max exceeds it by more than
+// kLazyRescaleLog2 (in the exponent's log2 units); otherwise P is taken against the old max
+// (P <= 2^kLazyRescaleLog2, harmless for bf16/fp16 P and fp32 sums) and O keeps its scale. O and
+// the row sum always share the reference max, so the result is the same softmax; the O rescale
+// (one multiply per O element and tile) is skipped by every warp none of whose rows moved.
+template <int kRows, bool kFoldScale, bool kLazyRescale = false>
 struct OnlineSoftmax {
+  static constexpr float kLazyRescaleLog2 = 8.f;
   float row_max[kRows];  // running max of the scores as update_scores gets them (quad-uniform)
   float row_sum[kRows];  // running sum of exp2(s - max): this thread's columns only, until finalize
   float factor;          // the scores' scale inside exp2 (1 when scale_and_mask applied it)
@@ -54,9 +60,15 @@ struct OnlineSoftmax {
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s); ++c) mx = fmaxf(mx, s(r, c));
       mx = quad_max(mx);
+      if constexpr (kLazyRescale) {  // keep the reference max unless it grew by enough
+        if (row_max[r] != -INFINITY && (mx - row_max[r]) * factor <= kLazyRescaleLog2) mx = row_max[r];
+      }
       // The scaled max; no key seen yet: 0, to avoid -inf - -inf.
       const float m_safe = mx == -INFINITY ? 0.f : mx * factor;
       alpha[r] = exp2_approx(fmaf(row_max[r], factor, -m_safe));
+      if constexpr (kLazyRescale) {
+        if (mx == row_max[r] && mx != -INFINITY) alpha[r] = 1.f;  // exactly: O keeps its scale
+      }
       row_max[r] = mx;
       float sum = 0.f;
       CUTE_UNROLL
@@ -71,6 +83,12 @@ struct OnlineSoftmax {
   template <class TO>
   __device__ __forceinline__ void rescale(TO& o, const float (&alpha)[kRows]) {
     using namespace cute;
+    if constexpr (kLazyRescale) {  // warp-uniform: skip when none of the warp's rows moved
+      bool moved = false;
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) moved |= alpha[r] != 1.f;
+      if (!__any_sync(0xffffffffu, moved)) return;
+    }
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r)
       CUTE_UNROLL
