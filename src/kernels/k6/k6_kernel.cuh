@@ -5,7 +5,10 @@
 //  2. Intra-warpgroup overlap: in iteration j a warpgroup issues S_j = Q K_j^T and then
 //     O += P_{j-1} V_{j-1} back to back, waits only for S_j, and runs the softmax of S_j while
 //     P_{j-1} V_{j-1} is still on the tensor cores. O is rescaled by tile j's alpha after that
-//     GEMM lands. The price: S_j and P_{j-1} are live at once (more registers).
+//     GEMM lands. The price: S_j and P_{j-1} are live at once (more registers). (In the SASS,
+//     ptxas places the wait for P V before the softmax: what overlaps is the two GEMMs, and this
+//     softmax with the other warpgroup's GEMMs. Forcing the source order measured 1.3% slower:
+//     docs/WORKLOG.md, K6 sixth pass.)
 //  3. Separate K and V rings: K_j is released once S_j has landed, V_j once P_j V_j has, so the
 //     producer can refill K's stage while V_{j-1} is still being read (with the overlap a tile's
 //     V is held for one more iteration; with one shared barrier the 2-stage d = 256 ring starved).
