@@ -87,8 +87,8 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   // The scale folded into the exponent: measured +3-4% at d = 64 and 128, -3% at d = 256.
   constexpr bool kFoldScale = D <= 128;
   // Lazy O rescaling (fragment_softmax.cuh) at d = 256, where the O rescale is 128 multiplies per
-  // thread per 80-key tile: +2-3% at every length. At d <= 128 it measured -3% (d = 128) and -6%
-  // (d = 64): the rescale is cheaper there than the warp vote and branch around it.
+  // thread per 80-key tile: +2-3% at every length. At d <= 128 it measured -2% (d = 128) and -6%
+  // (d = 64), more than its vote and branch account for (docs/WORKLOG.md, K6 sixth pass).
   constexpr bool kLazyRescale = D == 256;
   sm90::OnlineSoftmax<kRows, kFoldScale, kLazyRescale> softmax(scale_log2);
   float alpha[kRows];
