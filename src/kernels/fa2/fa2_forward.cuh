@@ -125,6 +125,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
 
     // Online softmax, per row: new max, rescale what was accumulated, P = exp2(S - max). The
     // maxima are kept unscaled (fragment_mask.cuh: factor).
+    constexpr float kLazyRescaleLog2 = 8.f;
     float correction[kMT][2];
     bool max_moved = false;
 #pragma unroll
@@ -136,9 +137,16 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
         for (int nt = 0; nt < kSTiles; ++nt)
           mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
         mx = quad_max(mx);
+        // Lazy: the reference max moves only when the tile's max exceeds it by more than
+        // kLazyRescaleLog2 (P <= 2^8 otherwise; O and the row sum share the reference, so the
+        // softmax is the same), so that once a row has settled its warp skips the O rescale.
+        if (row_max[mt][r] != -INFINITY && (mx - row_max[mt][r]) * factor <= kLazyRescaleLog2)
+          mx = row_max[mt][r];
         // A row with no visible key so far keeps max -inf: subtract 0 so exp2 gives 0, not NaN.
         const float base = mx == -INFINITY ? 0.f : mx * factor;
-        correction[mt][r] = exp2_approx(fmaf(row_max[mt][r], factor, -base));
+        correction[mt][r] = mx == row_max[mt][r] && mx != -INFINITY
+                                ? 1.f
+                                : exp2_approx(fmaf(row_max[mt][r], factor, -base));
         max_moved = max_moved || mx != row_max[mt][r];
         row_max[mt][r] = mx;
         float sum = 0.f;
