@@ -4,6 +4,7 @@
 
 #include <cute/tensor.hpp>
 
+#include "kernels/sm90/common/staged_output.cuh"
 #include "kernels/sm90/common/tma.cuh"
 
 namespace {
@@ -28,6 +29,31 @@ TEST(Sm90Layouts, Sw128RowsMatchesCute) {
   expect_same_addresses<64, 128>();
   expect_same_addresses<64, 256>();
   expect_same_addresses<128, 128>();
+}
+
+// K6's O staging computes chunk addresses as a row base XOR a constant (staged_output.cuh); each
+// lane of stmatrix addresses chunk j or j + 1 (odd) of its row through the same formula.
+template <int D>
+void expect_staged_offsets_match() {
+  constexpr int Rows = hfa::sm90::kStagedRows;
+  using E = cutlass::bfloat16_t;
+  alignas(1024) static E smem[Rows * D];
+  for (int row = 0; row < Rows; ++row)
+    for (int c8 = 0; c8 < D / 8; ++c8) {
+      const auto ref = static_cast<uint32_t>(
+          reinterpret_cast<const char*>(hfa::sm90::Sw128Rows<Rows>::chunk(smem, row, c8)) -
+          reinterpret_cast<const char*>(smem));
+      const uint32_t base = hfa::sm90::staged_row_base(row);
+      ASSERT_EQ(hfa::sm90::staged_chunk_offset(base, c8), ref) << "row " << row << " chunk " << c8;
+      if (c8 % 2 == 1)  // the odd chunk of a pair, as stage_output's matrices 2 and 3 address it
+        ASSERT_EQ(hfa::sm90::staged_chunk_offset(base ^ 16, c8 - 1), ref) << "row " << row << " chunk " << c8;
+    }
+}
+
+TEST(Sm90Layouts, StagedOutputOffsetsMatchSw128Rows) {
+  expect_staged_offsets_match<64>();
+  expect_staged_offsets_match<128>();
+  expect_staged_offsets_match<256>();
 }
 
 }  // namespace

@@ -16,6 +16,10 @@
 //     tiles in snake order, long causal problems longest tile first, and the producer keeps streaming the next tile's Q and
 //     K/V while the consumers finish the current one (the K/V ring runs across tiles; Q is a
 //     one-stage ring released after a tile's last Q K^T).
+//  5. O leaves through shared memory and a TMA store (sm90/common/staged_output.cuh), so a
+//     warpgroup starts its next tile while the store runs: +12% at s = 512 for d = 128, +21% for
+//     d = 256 over storing the fragments from registers (docs/WORKLOG.md, K6 seventh pass). At
+//     d = 256 the staging goes into the ring stages of the tile's last K and V tile.
 //
 // Variant::kNoPingPong / kNoIntraWarpgroupOverlap switch 1 or 2 off, for the ablation.
 #pragma once
@@ -46,7 +50,9 @@ constexpr int kConsumerRegisters = 240;
 constexpr long long kL2GroupBytes = 24LL << 20;
 
 template <typename T, int D>
-using K6Config = sm90::AttentionConfig<T, D, block_n(D), stages(D)>;
+using K6Config = sm90::AttentionConfig<T, D, block_n(D), stages(D),
+                                       own_output_tiles(D) ? sm90::OutputPath::kOwnTiles
+                                                           : sm90::OutputPath::kRingStages>;
 
 // One consumer warpgroup's work on one Q tile (its 64 rows): every KV tile, then O and LSE out.
 // kv / q: the consumer's positions in the K and V rings (they move together) and the Q ring,
@@ -104,11 +110,27 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
         make_tensor(make_smem_ptr(ss.v[st.index]), typename Config::VtLayout{}));
     sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_pv, tOrP, tOrV, tOrO);
   };
-  // S of `tile` (K stage `st`) has landed: K_j is free, and Q after the tile's last Q K^T;
-  // scale, mask (where `masked`), softmax.
+  // O staged in the last KV tile's ring stages (d = 256): warpgroup 0 stages in K's, warpgroup 1
+  // in V's; both stages are held until the O stores have read them (each warpgroup's thread 0
+  // then releases them for its 128 threads, in the epilogue). Named
+  // barrier kKDone: warpgroup 1's last S has landed (so K's stage is free to write);
+  // kVDone: warpgroup 0 has passed kKDone and its last P V has landed (V's stage is free).
+  // Warpgroup 0 arrives on kVDone only after waiting on kKDone, so neither barrier can be
+  // arrived on twice before it is waited on (warpgroup 1 reaches its next kKDone arrive only
+  // after this tile's kVDone wait).
+  constexpr bool kRingStaging = Config::kOutput == sm90::OutputPath::kRingStages;
+  constexpr int kKDone = sm90::kStagedOutputBarrier + 2, kVDone = kKDone + 1;
+  const int warpgroup = mma_thread / 128, wg_thread = mma_thread % 128;
+  using NamedBarrier = cutlass::arch::NamedBarrier;
+  // S of `tile` (K stage `st`) has landed: K_j is free (the last one held when O is staged in
+  // it), and Q after the tile's last Q K^T; scale, mask (where `masked`), softmax.
   auto softmax_of = [&](int tile, const typename Pipeline::State& st, bool masked) {
-    Pipeline::consumer_release(ss.pipeline, st);
-    if (tile == range.n_tiles - 1) QPipeline::consumer_release(ss.q_pipeline, q);
+    const bool last = tile == range.n_tiles - 1;
+    if (!kRingStaging || !last) Pipeline::consumer_release(ss.pipeline, st);
+    if (last) {
+      QPipeline::consumer_release(ss.q_pipeline, q);
+      if (kRingStaging && warpgroup == 1) NamedBarrier::arrive(256, kKDone);
+    }
     sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, masked, q0, tile * kBlockN, scale_log2);
     softmax.update_scores(s_rc, alpha);
   };
@@ -166,14 +188,37 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     turns.end();
     warpgroup_wait<0>();
     sm90::fence_after_wait(tOrO, tOrP);
-    Pipeline::consumer_release(ss.pipeline_v, prev);
+    if constexpr (!kRingStaging) Pipeline::consumer_release(ss.pipeline_v, prev);
   }
 
   float lse[kRows], inv[kRows];
   softmax.finalize(inv, lse);
   Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<D>>{}));
   Tensor coord_rc = sm90::as_rowcol(tOcO);
-  sm90::store_output<T>(p, o_rc, inv, coord_rc, lse, bc.batch, bc.head, q0);
+  const int row_block = bc.m_block * (kBlockM / sm90::kStagedRows) + warpgroup;
+  if constexpr (Config::kOutput == sm90::OutputPath::kOwnTiles) {
+    sm90::store_output_staged<T, D>(params.tma_o, ss.o_staging.o + warpgroup * sm90::kStagedRows * D,
+                                    o_rc, inv, p, bc.batch, bc.head, row_block, warpgroup, wg_thread);
+    sm90::store_lse(p, coord_rc, lse, bc.batch, bc.head, q0);
+  } else if (kRingStaging && range.n_tiles > 0) {
+    if (warpgroup == 0) {
+      NamedBarrier::sync(256, kKDone);
+      NamedBarrier::arrive(256, kVDone);
+    } else {
+      NamedBarrier::sync(256, kVDone);
+    }
+    auto* staging = warpgroup == 0 ? ss.k[prev.index] : ss.v[prev.index];
+    sm90::store_output_staged<T, D>(params.tma_o, staging, o_rc, inv, p, bc.batch, bc.head, row_block,
+                                    warpgroup, wg_thread);
+    if (wg_thread == 0) {  // release both stages for the warpgroup once the store has read them
+      sm90::bulk_wait_read<0>();
+      Pipeline::consumer_release(ss.pipeline, prev, 128);
+      Pipeline::consumer_release(ss.pipeline_v, prev, 128);
+    }
+    sm90::store_lse(p, coord_rc, lse, bc.batch, bc.head, q0);
+  } else {  // no staging (or a tile that sees no key, so no ring stage of its own)
+    sm90::store_output<T>(p, o_rc, inv, coord_rc, lse, bc.batch, bc.head, q0);
+  }
 }
 
 template <typename T, class Config, Variant V>
@@ -236,6 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       q.advance();
     }
     turns.finish();
+    if constexpr (Config::kStageO) sm90::finish_staged_output(mma_thread % 128);
   }
 }
 

@@ -11,16 +11,22 @@ namespace hfa::k6 {
 
 // Keys per KV tile and ring depth per head dim (the Q tile is 128 rows, 64 per consumer
 // warpgroup), chosen by measurement (WORKLOG, K6): 128 x 5 stages at d = 64 (a 192-key tile lost
-// 25% at s = 512), 128 x 3 at d = 128 (FlashAttention-3's 176 x 2 lost 3-10% at s <= 2k and
-// gained < 1% at 16k), 80 x 2 at d = 256 (+2-6% over 64 x 2: fewer softmax passes per key; the
-// N = 80 GMMA needs sm90/common/gmma_extended.cuh). Each fits 227 KB of shared memory (Q tile +
-// stages x (K + V tiles)) and, with the intra-warpgroup overlap keeping the next tile's S and
-// this tile's P live at once, 240 registers without spilling.
+// 25% at s = 512), 128 x 2 at d = 128 (FlashAttention-3's 176 x 2 lost 3-10% at s <= 2k and
+// gained < 1% at 16k; the third stage went to O's staging), 80 x 2 at d = 256 (+2-6% over 64 x 2:
+// fewer softmax passes per key; the N = 80 GMMA needs sm90/common/gmma_extended.cuh). Each fits
+// 227 KB of shared memory (Q tile + stages x (K + V tiles) + O staging) and, with the
+// intra-warpgroup overlap keeping the next tile's S and this tile's P live at once, 240
+// registers without spilling.
+// O leaves through shared memory and a TMA store (sm90/common/staged_output.cuh): in staging
+// tiles of its own at d <= 128; d = 256 has no 64 KB left for them and stages O in the ring
+// stages of the tile's last K and V tile instead.
 constexpr int block_n(int head_dim) { return head_dim <= 128 ? 128 : 80; }
-constexpr int stages(int head_dim) { return head_dim <= 64 ? 5 : (head_dim <= 128 ? 3 : 2); }
+constexpr int stages(int head_dim) { return head_dim <= 64 ? 5 : 2; }
+constexpr bool own_output_tiles(int head_dim) { return head_dim <= 128; }
 constexpr size_t smem_bytes(int head_dim) {
   const size_t q = size_t{128} * head_dim * 2, kv = static_cast<size_t>(block_n(head_dim)) * head_dim * 2;
-  return q + 2 * stages(head_dim) * kv + 1024 + 1024;  // barriers, alignment slack
+  const size_t o = own_output_tiles(head_dim) ? q : 0;
+  return q + 2 * stages(head_dim) * kv + o + 1024 + 1024;  // barriers, alignment slack
 }
 static_assert(smem_bytes(64) <= 232448 && smem_bytes(128) <= 232448 && smem_bytes(256) <= 232448,
               "a k6 tile shape exceeds 227 KB of shared memory");

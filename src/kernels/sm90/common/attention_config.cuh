@@ -13,6 +13,7 @@
 #include "kernels/common/numeric.cuh"
 #include "kernels/sm90/common/element.cuh"
 #include "kernels/sm90/common/pipeline.cuh"
+#include "kernels/sm90/common/staged_output.cuh"
 #include "kernels/sm90/common/tma.cuh"
 
 namespace hfa::sm90 {
@@ -29,10 +30,29 @@ struct QkAtom {
                 "this tile width needs an extended GMMA shape: include sm90/common/gmma_extended.cuh");
 };
 
-template <typename T, int D, int BlockN, int Stages>
+// How a kernel's O leaves: stored from registers (store_output), or staged in shared memory and
+// stored by the TMA (staged_output.cuh), in staging tiles of its own or in the K and V ring stages
+// of the tile's last KV tile (K6 at d = 256, where no 64 KB are left).
+enum class OutputPath { kDirect, kOwnTiles, kRingStages };
+
+// The O staging tiles of OutputPath::kOwnTiles: one (kStagedRows x D) tile per consumer
+// warpgroup. Empty for the other paths.
+template <typename E, int Elems>
+struct OutputStaging {
+  alignas(1024) E o[Elems];
+};
+template <typename E>
+struct OutputStaging<E, 0> {};
+struct NoOutputTma {};
+
+template <typename T, int D, int BlockN, int Stages, OutputPath Output = OutputPath::kDirect>
 struct AttentionConfig {
   using E = typename CutlassElement<T>::type;
   static constexpr int kBlockM = 128, kBlockN = BlockN, kStages = Stages, kHeadDim = D;
+  static constexpr OutputPath kOutput = Output;
+  static constexpr bool kStageO = Output != OutputPath::kDirect;
+  static_assert(Output != OutputPath::kRingStages || BlockN >= kStagedRows,
+                "a ring stage must hold a warpgroup's O staging tile");
   static constexpr int kConsumerThreads = 256;  // 2 warpgroups along M
   using QLayout = TileLayout<E, kBlockM, D>;
   using KVLayout = TileLayout<E, kBlockN, D>;
@@ -60,6 +80,7 @@ struct AttentionConfig {
     typename Pipeline::SharedStorage pipeline_v;  // K6: V's own barriers (unused by K4/K5)
     typename QPipeline::SharedStorage q_pipeline;
     int q_tile_coord[3];  // K6: (m_block, head, batch) of the tile in q, published with it
+    OutputStaging<E, Output == OutputPath::kOwnTiles ? kBlockM * D : 0> o_staging;
   };
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
 
@@ -68,8 +89,24 @@ struct AttentionConfig {
     TileTma<E, kBlockM, D> tma_q;
     TileTma<E, kBlockN, D> tma_k, tma_v;
     int tile_group;  // persistent scheduler: (head, batch) pairs per L2 group (K6; else unused)
+    std::conditional_t<kStageO, OutputTma<E, D>, NoOutputTma> tma_o;
   };
 };
+
+// The LSE of a thread's rows (lse, one per row of coord_rc) to global memory, if requested; rows
+// past seqlen_q are dropped. One thread of each quad stores (the quad shares its rows).
+template <class TC>
+__device__ __forceinline__ void store_lse(const FwdProblem& p, const TC& coord_rc, const float* lse,
+                                          int b, int h, int q0) {
+  using namespace cute;
+  if (!p.lse || threadIdx.x % 4 != 0) return;
+  CUTE_UNROLL
+  for (int r = 0; r < size<0>(coord_rc); ++r) {
+    const int qi = q0 + get<0>(coord_rc(r, 0));
+    if (qi < p.seqlen_q)
+      p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + qi * p.lse_row_stride] = lse[r];
+  }
+}
 
 // O (fp32 fragment, times its row's factor: OnlineSoftmax::finalize) and LSE to global memory;
 // rows past seqlen_q are dropped. o_rc / coord_rc: the thread's O fragment and its (row, col)
@@ -96,7 +133,7 @@ __device__ __forceinline__ void store_output(const FwdProblem& p, const TO& o_rc
                    from_float<T>(o_rc(r, c + 1) * row_factor[r])};
       *reinterpret_cast<uint32_t*>(orow + dc) = *reinterpret_cast<uint32_t*>(pair);
     }
-    if (p.lse && threadIdx.x % 4 == 0)
+    if (p.lse && threadIdx.x % 4 == 0)  // as store_lse, inside this loop (its qi test)
       p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + qi * p.lse_row_stride] = lse[r];
   }
 }
@@ -109,6 +146,9 @@ cudaError_t launch_attention(Kernel kernel, dim3 grid, int threads, typename Con
   const FwdProblem& p = params.problem;
   make_attention_tmas<typename Config::E, Config::kBlockM, Config::kBlockN, Config::kHeadDim>(
       p, &params.tma_q, &params.tma_k, &params.tma_v);
+  if constexpr (Config::kStageO)
+    params.tma_o = make_output_tma<typename Config::E, Config::kHeadDim>(
+        p.o, p.seqlen_q, p.heads_q, p.batch, p.o_row_stride, p.o_head_stride, p.o_batch_stride);
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Config::kSmemBytes);
   if (err != cudaSuccess) return err;

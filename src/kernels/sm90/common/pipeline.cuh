@@ -69,6 +69,12 @@ struct TmaPipeline {
   __device__ static void consumer_release(SharedStorage& s, const State& st) {
     cutlass::arch::ClusterBarrier::arrive(&s.empty[st.index]);
   }
+  // One thread releasing the stage on behalf of `count` consumer threads (K6: a warpgroup's
+  // thread 0 once the O store staged in the stage has read it).
+  __device__ static void consumer_release(SharedStorage& s, const State& st, uint32_t count) {
+    const unsigned bar = static_cast<unsigned>(__cvta_generic_to_shared(&s.empty[st.index]));
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+  }
 };
 
 // A single-use barrier for a tile loaded once (Q).
