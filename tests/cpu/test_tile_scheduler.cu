@@ -92,7 +92,9 @@ TEST(PersistentTileScheduler, CausalWorkIsBalanced) {
   EXPECT_LT(causal_imbalance(d256), 1.02);
   EXPECT_LT(causal_imbalance(problem(1, 16, 16384)), 1.02);
   EXPECT_LT(causal_imbalance(problem(4, 16, 4096)), 1.02);
-  EXPECT_LT(causal_imbalance(problem(8, 16, 2048)), 1.02);
+  // s = 2048 (16 Q tiles per pair) runs pair by pair, not in groups: the busiest CTA gets 3% more
+  // than the mean, yet it measured 0.5-9.5% faster than groups (tile_scheduler.cuh).
+  EXPECT_LT(causal_imbalance(problem(8, 16, 2048)), 1.04);
 }
 
 TEST(PersistentTileScheduler, GroupSize) {
@@ -106,7 +108,10 @@ TEST(PersistentTileScheduler, GroupSize) {
   FwdProblem short_causal = problem(32, 16, 512);  // 4 Q tiles per pair: pair by pair
   short_causal.causal = true;
   EXPECT_EQ(PersistentTileScheduler::group_size(short_causal, 128, 2, 24LL << 20, 132), 1);
-  FwdProblem mid_causal = problem(8, 16, 2048);  // L2: 24; rounds: 132; at most 132 / 4 = 33
+  FwdProblem causal_2k = problem(8, 16, 2048);  // 16 Q tiles per pair: still pair by pair
+  causal_2k.causal = true;
+  EXPECT_EQ(PersistentTileScheduler::group_size(causal_2k, 128, 2, 24LL << 20, 132), 1);
+  FwdProblem mid_causal = problem(4, 16, 4096);  // L2: 12; rounds: 66; at most 132 / 4 = 33
   mid_causal.causal = true;
   EXPECT_EQ(PersistentTileScheduler::group_size(mid_causal, 128, 2, 24LL << 20, 132), 33);
   // GQA 8:1 shares each K/V 8 ways: 256 KB per pair at s = 4096, 96 fit L2 (capped at 64 pairs);
