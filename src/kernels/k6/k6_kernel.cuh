@@ -21,7 +21,8 @@
 //     d = 256 over storing the fragments from registers (docs/WORKLOG.md, K6 seventh pass). At
 //     d = 256 the staging goes into the ring stages of the tile's last K and V tile.
 //
-// Variant::kNoPingPong / kNoIntraWarpgroupOverlap switch 1 or 2 off, for the ablation.
+// Variant::kNoPingPong / kNoIntraWarpgroupOverlap switch 1 or 2 off, for the ablation. At d = 64
+// ping-pong is off in every variant (k6_launch.h: ping_pong).
 #pragma once
 
 #include <cutlass/arch/reg_reconfig.h>
@@ -227,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int D = Config::kHeadDim;
   using Pipeline = typename Config::Pipeline;
   using QPipeline = typename Config::QPipeline;
-  constexpr bool kPingPong = V != Variant::kNoPingPong;
+  constexpr bool kPingPong = V != Variant::kNoPingPong && ping_pong(D);
   constexpr bool kOverlap = V != Variant::kNoIntraWarpgroupOverlap;
   auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const FwdProblem& p = params.problem;

@@ -23,6 +23,11 @@ namespace hfa::k6 {
 constexpr int block_n(int head_dim) { return head_dim <= 128 ? 128 : 80; }
 constexpr int stages(int head_dim) { return head_dim <= 64 ? 5 : 2; }
 constexpr bool own_output_tiles(int head_dim) { return head_dim <= 128; }
+// Ping-pong of the consumer warpgroups (k6_kernel.cuh, 1.) at d >= 128 only: in the ablation at
+// 4becc9284f9f (PERFORMANCE.md) k6 without it was faster at d = 64 in 11 of 12 configurations
+// (+1.5% geomean, +3.6% at s = 16k), while it gains 0.5% at d = 128 and 1.5-5% at d = 256.
+// (Without the staged O, ping-pong had paid at every head dim.)
+constexpr bool ping_pong(int head_dim) { return head_dim >= 128; }
 constexpr size_t smem_bytes(int head_dim) {
   const size_t q = size_t{128} * head_dim * 2, kv = static_cast<size_t>(block_n(head_dim)) * head_dim * 2;
   const size_t o = own_output_tiles(head_dim) ? q : 0;
