@@ -112,11 +112,11 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_pv, tOrP, tOrV, tOrO);
   };
   // O staged in the last KV tile's ring stages (d = 256): warpgroup 0 stages in K's, warpgroup 1
-  // in V's; both stages are held until the O stores have read them (each warpgroup's thread 0
-  // then releases them for its 128 threads, in the epilogue). Named
-  // barrier kKDone: warpgroup 1's last S has landed (so K's stage is free to write);
-  // kVDone: warpgroup 0 has passed kKDone and its last P V has landed (V's stage is free).
-  // Warpgroup 0 arrives on kVDone only after waiting on kKDone, so neither barrier can be
+  // in V's. Both stages are held until the O stores have read them (each warpgroup's thread 0
+  // then releases them for its 128 threads, in the epilogue), so the producer cannot refill them.
+  // Named barrier kKDone: warpgroup 1's last S has landed (K's stage is no longer read);
+  // kVDone: warpgroup 0 has passed kKDone and its last P V has landed (V's stage is no longer
+  // read). Warpgroup 0 arrives on kVDone only after waiting on kKDone, so neither barrier can be
   // arrived on twice before it is waited on (warpgroup 1 reaches its next kKDone arrive only
   // after this tile's kVDone wait).
   constexpr bool kRingStaging = Config::kOutput == sm90::OutputPath::kRingStages;
