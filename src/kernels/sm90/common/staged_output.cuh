@@ -10,8 +10,9 @@
 // stores it asynchronously (rows past seqlen_q are clipped by the tensor map) while the warpgroup
 // starts its next tile.
 //
-// Each consumer warpgroup owns one staging tile (kStagedRows x D, TileLayout: 128-byte swizzled,
-// as the TMA loads use). Protocol per tile, per warpgroup:
+// Each consumer warpgroup stages into one tile (kStagedRows x D, TileLayout: 128-byte swizzled, as
+// the TMA loads use): its own (AttentionConfig's OutputPath::kOwnTiles), or at d = 256 a K or V
+// ring stage that k6 holds for it (kRingStages). Protocol per tile, per warpgroup:
 //   thread 0 waits until its previous store has read the tile (bulk_wait_read);
 //   warpgroup barrier; everyone stages its fragment; fence.proxy.async (generic writes before
 //   the async-proxy read); warpgroup barrier; thread 0 issues the store and commits the group.
