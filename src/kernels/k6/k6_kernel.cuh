@@ -21,6 +21,9 @@
 //     d = 256 over storing the fragments from registers (docs/WORKLOG.md, K6 seventh pass). At
 //     d = 256 the staging goes into the ring stages of the tile's last K and V tile.
 //
+//  6. At d = 64, long non-causal problems run three consumer warpgroups on 192-row Q tiles
+//     (k6_launch.h: wide_q_tile); everything above holds per warpgroup.
+//
 // Variant::kNoPingPong / kNoIntraWarpgroupOverlap switch 1 or 2 off, for the ablation. At d = 64
 // ping-pong is off in every variant (k6_launch.h: ping_pong).
 #pragma once
@@ -42,18 +45,20 @@
 
 namespace hfa::k6 {
 
-// 384 threads: producer warpgroup + 2 consumer warpgroups, registers as in K5 (k5_kernel.cuh):
-// 128 x 24 + 256 x 240 = 64512 <= 65536.
-constexpr int kThreads = 384;
+// A producer warpgroup and 2 or 3 consumer warpgroups (k6_launch.h: wide_q_tile). Registers
+// per thread after setmaxnreg: 128 x 24 + 256 x 240 = 64512 (two consumer warpgroups, as K5) or
+// 128 x 24 + 384 x 160 = 64512 (three) of the SM's 65536.
+constexpr int threads(int consumer_warpgroups) { return 128 * (1 + consumer_warpgroups); }
 constexpr int kProducerRegisters = 24;
-constexpr int kConsumerRegisters = 240;
+constexpr int consumer_registers(int consumer_warpgroups) { return consumer_warpgroups == 2 ? 240 : 160; }
 // K/V bytes a scheduler group of (head, batch) pairs may keep in the 50 MB L2 of an H100.
 constexpr long long kL2GroupBytes = 24LL << 20;
 
-template <typename T, int D>
+template <typename T, int D, int ConsumerWarpgroups>
 using K6Config = sm90::AttentionConfig<T, D, block_n(D), stages(D),
                                        own_output_tiles(D) ? sm90::OutputPath::kOwnTiles
-                                                           : sm90::OutputPath::kRingStages>;
+                                                           : sm90::OutputPath::kRingStages,
+                                       ConsumerWarpgroups>;
 
 // One consumer warpgroup's work on one Q tile (its 64 rows): every KV tile, then O and LSE out.
 // kv / q: the consumer's positions in the K and V rings (they move together) and the Q ring,
@@ -120,6 +125,8 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   // arrived on twice before it is waited on (warpgroup 1 reaches its next kKDone arrive only
   // after this tile's kVDone wait).
   constexpr bool kRingStaging = Config::kOutput == sm90::OutputPath::kRingStages;
+  static_assert(!kRingStaging || Config::kConsumerWarpgroups == 2,
+                "ring staging hands K's stage to warpgroup 0 and V's to warpgroup 1");
   constexpr int kKDone = sm90::kStagedOutputBarrier + 2, kVDone = kKDone + 1;
   const int warpgroup = mma_thread / 128, wg_thread = mma_thread % 128;
   using NamedBarrier = cutlass::arch::NamedBarrier;
@@ -223,12 +230,13 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
 }
 
 template <typename T, class Config, Variant V>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
     k6_forward_kernel(const __grid_constant__ typename Config::Params params) {
   constexpr int D = Config::kHeadDim;
   using Pipeline = typename Config::Pipeline;
   using QPipeline = typename Config::QPipeline;
   constexpr bool kPingPong = V != Variant::kNoPingPong && ping_pong(D);
+  static_assert(!kPingPong || Config::kConsumerWarpgroups == 2, "WarpgroupTurns alternates two warpgroups");
   constexpr bool kOverlap = V != Variant::kNoIntraWarpgroupOverlap;
   auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const FwdProblem& p = params.problem;
@@ -270,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {  // consumers
-    cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+    cutlass::arch::warpgroup_reg_alloc<consumer_registers(Config::kConsumerWarpgroups)>();
     const int mma_thread = threadIdx.x - 128;
     const sm90::WarpgroupTurns<kPingPong> turns(mma_thread / 128);
     typename Pipeline::State kv = Pipeline::consumer_start();
@@ -286,10 +294,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <typename T, int D, Variant V>
-cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
-  using Config = K6Config<T, D>;
-  static_assert(Config::kSmemBytes <= smem_bytes(D), "k6_launch.h's smem_bytes() must bound the kernel's");
+template <typename T, class Config, Variant V>
+cudaError_t launch_config(const FwdProblem& p, cudaStream_t stream) {
+  static_assert(Config::kSmemBytes <= smem_bytes(Config::kHeadDim),
+                "k6_launch.h's smem_bytes() must bound the kernel's");
   int device = 0, sm_count = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
@@ -299,8 +307,16 @@ cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
   const int grid = sm90::PersistentTileScheduler::grid_size(p, Config::kBlockM, sm_count);
   params.tile_group = sm90::PersistentTileScheduler::group_size(p, Config::kBlockM, sizeof(T),
                                                                 kL2GroupBytes, grid);
-  return sm90::launch_attention<Config>(k6_forward_kernel<T, Config, V>, dim3(grid), kThreads,
-                                        params, stream);
+  return sm90::launch_attention<Config>(k6_forward_kernel<T, Config, V>, dim3(grid),
+                                        threads(Config::kConsumerWarpgroups), params, stream);
+}
+
+template <typename T, int D, Variant V>
+cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
+  if constexpr (max_consumer_warpgroups(D) == 3) {
+    if (wide_q_tile(p)) return launch_config<T, K6Config<T, D, 3>, V>(p, stream);
+  }
+  return launch_config<T, K6Config<T, D, 2>, V>(p, stream);
 }
 
 }  // namespace hfa::k6

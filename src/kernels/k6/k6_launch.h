@@ -10,17 +10,30 @@
 namespace hfa::k6 {
 
 // Keys per KV tile and ring depth per head dim (the Q tile is 128 rows, 64 per consumer
-// warpgroup), chosen by measurement (WORKLOG, K6): 128 x 5 stages at d = 64 (a 192-key tile lost
+// warpgroup, or 192 rows: wide_q_tile below), chosen by measurement (WORKLOG, K6): 128 x 5 stages at d = 64 (a 192-key tile lost
 // 25% at s = 512), 128 x 2 at d = 128 (FlashAttention-3's 176 x 2 lost 3-10% at s <= 2k and
 // gained < 1% at 16k; the third stage went to O's staging), 80 x 2 at d = 256 (+2-6% over 64 x 2:
 // fewer softmax passes per key; the N = 80 GMMA needs sm90/common/gmma_extended.cuh). Each fits
 // 227 KB of shared memory (Q tile + stages x (K + V tiles) + O staging) and, with the
 // intra-warpgroup overlap keeping the next tile's S and this tile's P live at once, 240
-// registers without spilling.
+// registers without spilling (the 192-row tile's 160 spill a few: wide_q_tile).
 // O leaves through shared memory and a TMA store (sm90/common/staged_output.cuh): in staging
 // tiles of its own at d <= 128; d = 256 has no 64 KB left for them and stages O in the ring
 // stages of the tile's last K and V tile instead.
 constexpr int block_n(int head_dim) { return head_dim <= 128 ? 128 : 80; }
+// Consumer warpgroups (64 Q rows each): two (128-row Q tiles), or three (192 rows) for d = 64
+// non-causal problems with seqlen_q >= 8192 (wide_q_tile). There, each warpgroup's GEMMs are
+// short next to its softmax and a third warpgroup keeps the tensor cores busier: +4.5% at
+// s = 8k and 16k (WORKLOG, K6 eighth pass). Elsewhere the 192-row tile lost: its padding rows
+// (s = 512 computes 576 rows) cost more than it gains at s <= 4k (0.92-0.99x), and causal lost
+// at every length (0.67x at s = 512, 0.99x at 16k: twice the masked tiles per Q tile, and the
+// masked path spills at 160 registers). d >= 128 keeps two: 160 registers per thread cannot hold
+// their S, P and O fragments. seqlen_q >= 8192 bounds the 192-row tile's padding by 2.3%.
+constexpr int kWideTileMinSeqlenQ = 8192;
+inline bool wide_q_tile(const FwdProblem& p) {
+  return p.head_dim == 64 && !p.causal && p.seqlen_q >= kWideTileMinSeqlenQ;
+}
+constexpr int max_consumer_warpgroups(int head_dim) { return head_dim == 64 ? 3 : 2; }
 constexpr int stages(int head_dim) { return head_dim <= 64 ? 5 : 2; }
 constexpr bool own_output_tiles(int head_dim) { return head_dim <= 128; }
 // Ping-pong of the consumer warpgroups (k6_kernel.cuh, 1.) at d >= 128 only: in the ablation at
@@ -28,8 +41,10 @@ constexpr bool own_output_tiles(int head_dim) { return head_dim <= 128; }
 // (+1.5% geomean, +3.6% at s = 16k), while it gains 0.5% at d = 128 and 1.5-5% at d = 256.
 // (Without the staged O, ping-pong had paid at every head dim.)
 constexpr bool ping_pong(int head_dim) { return head_dim >= 128; }
+// Shared memory of the largest tile k6 runs at this head dim.
 constexpr size_t smem_bytes(int head_dim) {
-  const size_t q = size_t{128} * head_dim * 2, kv = static_cast<size_t>(block_n(head_dim)) * head_dim * 2;
+  const size_t q = size_t{64} * max_consumer_warpgroups(head_dim) * head_dim * 2;
+  const size_t kv = static_cast<size_t>(block_n(head_dim)) * head_dim * 2;
   const size_t o = own_output_tiles(head_dim) ? q : 0;
   return q + 2 * stages(head_dim) * kv + o + 1024 + 1024;  // barriers, alignment slack
 }

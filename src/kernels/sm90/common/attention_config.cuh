@@ -1,5 +1,5 @@
-// The tile configuration every WGMMA forward kernel (K4, K5, K6) is built from: a 128-row Q tile
-// split over two consumer warpgroups (64 rows each), BlockN-row K/V tiles in a Stages-deep TMA
+// The tile configuration every WGMMA forward kernel (K4, K5, K6) is built from: a Q tile of 64 rows
+// per consumer warpgroup (two by default: 128 rows; K6 runs three at d = 64), BlockN-row K/V tiles in a Stages-deep TMA
 // ring, the two GEMMs (S = Q K^T from shared memory, O += P V with P in registers and V read
 // MN-major), and what the host passes (problem + three TMA descriptors).
 //
@@ -45,22 +45,24 @@ template <typename E>
 struct OutputStaging<E, 0> {};
 struct NoOutputTma {};
 
-template <typename T, int D, int BlockN, int Stages, OutputPath Output = OutputPath::kDirect>
+template <typename T, int D, int BlockN, int Stages, OutputPath Output = OutputPath::kDirect,
+          int ConsumerWarpgroups = 2>
 struct AttentionConfig {
   using E = typename CutlassElement<T>::type;
-  static constexpr int kBlockM = 128, kBlockN = BlockN, kStages = Stages, kHeadDim = D;
+  static constexpr int kConsumerWarpgroups = ConsumerWarpgroups;
+  static constexpr int kBlockM = 64 * ConsumerWarpgroups, kBlockN = BlockN, kStages = Stages, kHeadDim = D;
   static constexpr OutputPath kOutput = Output;
   static constexpr bool kStageO = Output != OutputPath::kDirect;
   static_assert(Output != OutputPath::kRingStages || BlockN >= kStagedRows,
                 "a ring stage must hold a warpgroup's O staging tile");
-  static constexpr int kConsumerThreads = 256;  // 2 warpgroups along M
+  static constexpr int kConsumerThreads = 128 * ConsumerWarpgroups;  // warpgroups along M
   using QLayout = TileLayout<E, kBlockM, D>;
   using KVLayout = TileLayout<E, kBlockN, D>;
   // V^T (D, kBlockN) over V's K-major tile: element (d, n) is V(n, d). GMMA reads it MN-major.
   using VtLayout = decltype(cute::composition(
       KVLayout{}, cute::Layout<cute::Shape<cute::Int<D>, cute::Int<kBlockN>>,
                                cute::Stride<cute::Int<kBlockN>, cute::_1>>{}));
-  using WarpgroupsAlongM = cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>;
+  using WarpgroupsAlongM = cute::Layout<cute::Shape<cute::Int<ConsumerWarpgroups>, cute::_1, cute::_1>>;
   using MmaQK = decltype(cute::make_tiled_mma(typename QkAtom<E, kBlockN, D>::type{}, WarpgroupsAlongM{}));
   using MmaPV = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<D>, cute::Int<kBlockN>>,
