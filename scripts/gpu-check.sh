@@ -91,11 +91,14 @@ if [[ " $steps " == *" sanitize "* ]]; then
         step "sanitize-$tool-$kernel-many-tiles" compute-sanitizer --tool "$tool" --error-exitcode 3 \
           "$bench" "$kernel" --seqlen 600 --seqlen-k 700 --headdim 128 --batch 2 --heads 40 \
           --heads-kv 8 --causal --check --check-rows 256 --iters 1 --warmup 0
-        # d = 64, non-causal, seqlen_q >= 8192: k6's 192-row tiles with three consumer
-        # warpgroups (k6_launch.h, wide_q_tile); rows past seqlen_q, a masked last KV tile.
-        step "sanitize-$tool-$kernel-wide-tiles" compute-sanitizer --tool "$tool" --error-exitcode 3 \
-          "$bench" "$kernel" --seqlen 8200 --seqlen-k 300 --headdim 64 --batch 1 --heads 2 \
-          --heads-kv 1 --check --check-rows 256 --iters 1 --warmup 0
+        # d = 64, seqlen_q >= 8192: k6's 192-row tiles with three consumer warpgroups
+        # (k6_launch.h, wide_q_tile); rows past seqlen_q, a masked last KV tile, and (causal)
+        # tiles that see no key.
+        for causal in "" "--causal"; do
+          step "sanitize-$tool-$kernel-wide-tiles$causal" compute-sanitizer --tool "$tool" \
+            --error-exitcode 3 "$bench" "$kernel" --seqlen 8200 --seqlen-k 300 --headdim 64 \
+            --batch 1 --heads 2 --heads-kv 1 $causal --check --check-rows 256 --iters 1 --warmup 0
+        done
       fi
     done
   done

@@ -102,23 +102,27 @@ TEST_P(PerKernel, LargeScoreRangeAcrossTiles) {
     }
 }
 
-// A long query sequence against short keys at d = 64, non-causal: k6 runs this shape on its
-// 192-row Q tiles with three consumer warpgroups (k6_launch.h, wide_q_tile), whose last tile
-// holds rows past seqlen_q (8200 = 42 x 192 + 136) and whose last KV tile is masked (1000 keys).
-// Also with a large scale (the max moves across KV tiles) and with no keys at all.
+// A long query sequence against short keys at d = 64: k6 runs these shapes on its 192-row Q tiles
+// with three consumer warpgroups (k6_launch.h, wide_q_tile), whose last tile holds rows past
+// seqlen_q (8200 = 42 x 192 + 136) and whose last KV tile is masked (1000 keys). Also with a
+// large scale (the max moves across KV tiles), with no keys at all, and causal (bottom-right
+// aligned: the first 7200 rows see no key, so whole 192-row tiles have no KV tile).
 TEST_P(PerKernel, LongQueriesShortKeysAtD64) {
   HFA_SKIP_WITHOUT_GPU();
   const std::vector<int> dims = compiled_head_dims();
   if (std::find(dims.begin(), dims.end(), 64) == dims.end()) GTEST_SKIP() << "d = 64 not compiled";
-  FwdProblem wide;
-  wide.head_dim = 64;
-  wide.seqlen_q = 8200;
-  ASSERT_TRUE(k6::wide_q_tile(wide)) << "the shape below no longer reaches k6's 192-row tiles";
-  const struct { int seqlen_k; float scale; } cases[] = {{1000, 0.125f}, {1000, 2.f}, {0, 0.125f}};
+  const struct { int seqlen_k; float scale; bool causal; } cases[] = {
+      {1000, 0.125f, false}, {1000, 2.f, false}, {0, 0.125f, false}, {1000, 0.125f, true}};
   for (const auto& cs : cases) {
     check::Config c = small(8200, cs.seqlen_k, 4, 2);
     c.head_dim = 64;
     c.softmax_scale = cs.scale;
+    c.causal = cs.causal;
+    FwdProblem shape;
+    shape.head_dim = 64;
+    shape.seqlen_q = 8200;
+    shape.causal = cs.causal;
+    ASSERT_TRUE(k6::wide_q_tile(shape)) << c.describe() << " no longer reaches k6's 192-row tiles";
     check::CheckResult r;
     const Status st = check::run_check(c, 29, kMaxRowsChecked, &r);
     if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << st.message;

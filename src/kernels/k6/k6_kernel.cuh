@@ -21,8 +21,8 @@
 //     d = 256 over storing the fragments from registers (docs/WORKLOG.md, K6 seventh pass). At
 //     d = 256 the staging goes into the ring stages of the tile's last K and V tile.
 //
-//  6. At d = 64, long non-causal problems run three consumer warpgroups on 192-row Q tiles
-//     (k6_launch.h: wide_q_tile); everything above holds per warpgroup.
+//  6. At d = 64, most problems run three consumer warpgroups on 192-row Q tiles (k6_launch.h:
+//     wide_q_tile); everything above holds per warpgroup.
 //
 // Variant::kNoPingPong / kNoIntraWarpgroupOverlap switch 1 or 2 off, for the ablation. At d = 64
 // ping-pong is off in every variant (k6_launch.h: ping_pong).

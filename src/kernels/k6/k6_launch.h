@@ -16,22 +16,26 @@ namespace hfa::k6 {
 // fewer softmax passes per key; the N = 80 GMMA needs sm90/common/gmma_extended.cuh). Each fits
 // 227 KB of shared memory (Q tile + stages x (K + V tiles) + O staging) and, with the
 // intra-warpgroup overlap keeping the next tile's S and this tile's P live at once, 240
-// registers without spilling (the 192-row tile's 160 spill a few: wide_q_tile).
+// registers without spilling (the 192-row tile: 160, also without spilling).
 // O leaves through shared memory and a TMA store (sm90/common/staged_output.cuh): in staging
 // tiles of its own at d <= 128; d = 256 has no 64 KB left for them and stages O in the ring
 // stages of the tile's last K and V tile instead.
 constexpr int block_n(int head_dim) { return head_dim <= 128 ? 128 : 80; }
-// Consumer warpgroups (64 Q rows each): two (128-row Q tiles), or three (192 rows) for d = 64
-// non-causal problems with seqlen_q >= 8192 (wide_q_tile). There, each warpgroup's GEMMs are
-// short next to its softmax and a third warpgroup keeps the tensor cores busier: +4.5% at
-// s = 8k and 16k (WORKLOG, K6 eighth pass). Elsewhere the 192-row tile lost: its padding rows
-// (s = 512 computes 576 rows) cost more than it gains at s <= 4k (0.92-0.99x), and causal lost
-// at every length (0.67x at s = 512, 0.99x at 16k: twice the masked tiles per Q tile, and the
-// masked path spills at 160 registers). d >= 128 keeps two: 160 registers per thread cannot hold
-// their S, P and O fragments. seqlen_q >= 8192 bounds the 192-row tile's padding by 2.3%.
-constexpr int kWideTileMinSeqlenQ = 8192;
+// Consumer warpgroups (64 Q rows each): two (128-row Q tiles), or three (192 rows) at d = 64 where
+// wide_q_tile says so. At d = 64 each warpgroup's GEMMs are short next to its softmax and a third
+// warpgroup keeps the tensor cores busier: per row computed, the 192-row tile was ~10% faster at
+// every length without the causal mask (WORKLOG, K6 eighth pass: s = 2048 +6.8%, 4096 +7.9%,
+// 16k +1.8-8%, and 0.98x at s = 512 and 1024, where it computes 12.5% padding rows). So it is
+// taken where its padding is at most 5% more rows than the 128-row tile's. With the causal mask it
+// lost up to s = 4096 (0.80x at s = 1024, 0.98x at 4096: a 192-row tile crosses the diagonal on
+// two 128-key tiles) and gained at 16k (+7.9%; 8k: +0.4%): taken from seqlen_q >= 8192. d >= 128
+// keeps two: 160 registers per thread cannot hold their S, P and O fragments.
+constexpr int kWideTileMinCausalSeqlenQ = 8192;
 inline bool wide_q_tile(const FwdProblem& p) {
-  return p.head_dim == 64 && !p.causal && p.seqlen_q >= kWideTileMinSeqlenQ;
+  if (p.head_dim != 64) return false;
+  if (p.causal) return p.seqlen_q >= kWideTileMinCausalSeqlenQ;
+  const long long rows_wide = (p.seqlen_q + 191LL) / 192 * 192, rows = (p.seqlen_q + 127LL) / 128 * 128;
+  return rows_wide * 100 <= rows * 105;
 }
 constexpr int max_consumer_warpgroups(int head_dim) { return head_dim == 64 ? 3 : 2; }
 constexpr int stages(int head_dim) { return head_dim <= 64 ? 5 : 2; }
