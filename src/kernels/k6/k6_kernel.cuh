@@ -50,7 +50,9 @@ namespace hfa::k6 {
 // 128 x 24 + 384 x 160 = 64512 (three) of the SM's 65536.
 constexpr int threads(int consumer_warpgroups) { return 128 * (1 + consumer_warpgroups); }
 constexpr int kProducerRegisters = 24;
-constexpr int consumer_registers(int consumer_warpgroups) { return consumer_warpgroups == 2 ? 240 : 160; }
+constexpr int consumer_registers(int consumer_warpgroups) {
+  return consumer_warpgroups == 2 ? 240 : 160;
+}
 // K/V bytes a scheduler group of (head, batch) pairs may keep in the 50 MB L2 of an H100.
 constexpr long long kL2GroupBytes = 24LL << 20;
 
@@ -236,7 +238,8 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
   using Pipeline = typename Config::Pipeline;
   using QPipeline = typename Config::QPipeline;
   constexpr bool kPingPong = V != Variant::kNoPingPong && ping_pong(D);
-  static_assert(!kPingPong || Config::kConsumerWarpgroups == 2, "WarpgroupTurns alternates two warpgroups");
+  static_assert(!kPingPong || Config::kConsumerWarpgroups == 2,
+                "WarpgroupTurns alternates two warpgroups");
   constexpr bool kOverlap = V != Variant::kNoIntraWarpgroupOverlap;
   auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const FwdProblem& p = params.problem;

@@ -9,14 +9,14 @@
 
 namespace hfa::k6 {
 
-// Keys per KV tile and ring depth per head dim (the Q tile is 128 rows, 64 per consumer
-// warpgroup, or 192 rows: wide_q_tile below), chosen by measurement (WORKLOG, K6): 128 x 5 stages at d = 64 (a 192-key tile lost
-// 25% at s = 512), 128 x 2 at d = 128 (FlashAttention-3's 176 x 2 lost 3-10% at s <= 2k and
-// gained < 1% at 16k; the third stage went to O's staging), 80 x 2 at d = 256 (+2-6% over 64 x 2:
-// fewer softmax passes per key; the N = 80 GMMA needs sm90/common/gmma_extended.cuh). Each fits
-// 227 KB of shared memory (Q tile + stages x (K + V tiles) + O staging) and, with the
-// intra-warpgroup overlap keeping the next tile's S and this tile's P live at once, 240
-// registers without spilling (the 192-row tile: 160, also without spilling).
+// Keys per KV tile and ring depth per head dim (the Q tile is 128 rows, 64 per consumer warpgroup,
+// or 192 rows: wide_q_tile below), chosen by measurement (WORKLOG, K6): 128 x 5 stages at d = 64 (a
+// 192-key tile lost 25% at s = 512), 128 x 2 at d = 128 (FlashAttention-3's 176 x 2 lost 3-10% at s
+// <= 2k and gained < 1% at 16k; the third stage went to O's staging), 80 x 2 at d = 256 (+2-6% over
+// 64 x 2: fewer softmax passes per key; the N = 80 GMMA needs sm90/common/gmma_extended.cuh). Each
+// fits 227 KB of shared memory (Q tile + stages x (K + V tiles) + O staging) and, with the
+// intra-warpgroup overlap keeping the next tile's S and this tile's P live at once, 240 registers
+// without spilling (the 192-row tile: 160, also without spilling).
 // O leaves through shared memory and a TMA store (sm90/common/staged_output.cuh): in staging
 // tiles of its own at d <= 128; d = 256 has no 64 KB left for them and stages O in the ring
 // stages of the tile's last K and V tile instead.
@@ -25,7 +25,8 @@ constexpr int block_n(int head_dim) { return head_dim <= 128 ? 128 : 80; }
 // wide_q_tile says so. At d = 64 each warpgroup's GEMMs are short next to its softmax and a third
 // warpgroup keeps the tensor cores busier: per row computed, the 192-row tile was ~10% faster at
 // every length without the causal mask (WORKLOG, K6 eighth pass: s = 2048 +6.8%, 4096 +7.9%,
-// 16k +1.8-8%, and 0.98x at s = 512 and 1024, where it computes 12.5% padding rows). So it is
+// 8k and 16k about +9-13% over two A/B steps, and 0.98x at s = 512 and 1024, where it computes
+// 12.5% padding rows). So it is
 // taken where its padding is at most 5% more rows than the 128-row tile's. With the causal mask it
 // lost up to s = 4096 (0.80x at s = 1024, 0.98x at 4096: a 192-row tile crosses the diagonal on
 // two 128-key tiles) and gained at 16k (+7.9%; 8k: +0.4%): taken from seqlen_q >= 8192. d >= 128
@@ -34,7 +35,8 @@ constexpr int kWideTileMinCausalSeqlenQ = 8192;
 inline bool wide_q_tile(const FwdProblem& p) {
   if (p.head_dim != 64) return false;
   if (p.causal) return p.seqlen_q >= kWideTileMinCausalSeqlenQ;
-  const long long rows_wide = (p.seqlen_q + 191LL) / 192 * 192, rows = (p.seqlen_q + 127LL) / 128 * 128;
+  const long long rows_wide = (p.seqlen_q + 191LL) / 192 * 192;
+  const long long rows = (p.seqlen_q + 127LL) / 128 * 128;
   return rows_wide * 100 <= rows * 105;
 }
 constexpr int max_consumer_warpgroups(int head_dim) { return head_dim == 64 ? 3 : 2; }

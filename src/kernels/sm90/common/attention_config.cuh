@@ -1,7 +1,7 @@
 // The tile configuration every WGMMA forward kernel (K4, K5, K6) is built from: a Q tile of 64 rows
-// per consumer warpgroup (two by default: 128 rows; K6 runs three at d = 64), BlockN-row K/V tiles in a Stages-deep TMA
-// ring, the two GEMMs (S = Q K^T from shared memory, O += P V with P in registers and V read
-// MN-major), and what the host passes (problem + three TMA descriptors).
+// per consumer warpgroup (two by default: 128 rows; K6 runs three at d = 64), BlockN-row K/V tiles
+// in a Stages-deep TMA ring, the two GEMMs (S = Q K^T from shared memory, O += P V with P in
+// registers and V read MN-major), and what the host passes (problem + three TMA descriptors).
 //
 // Also here, because all of them share it: the epilogue (O and LSE from registers to global
 // memory) and the host launch (descriptors, shared-memory limit, grid from a tile scheduler).
@@ -50,7 +50,8 @@ template <typename T, int D, int BlockN, int Stages, OutputPath Output = OutputP
 struct AttentionConfig {
   using E = typename CutlassElement<T>::type;
   static constexpr int kConsumerWarpgroups = ConsumerWarpgroups;
-  static constexpr int kBlockM = 64 * ConsumerWarpgroups, kBlockN = BlockN, kStages = Stages, kHeadDim = D;
+  static constexpr int kBlockM = 64 * ConsumerWarpgroups, kBlockN = BlockN, kStages = Stages;
+  static constexpr int kHeadDim = D;
   static constexpr OutputPath kOutput = Output;
   static constexpr bool kStageO = Output != OutputPath::kDirect;
   static_assert(Output != OutputPath::kRingStages || BlockN >= kStagedRows,

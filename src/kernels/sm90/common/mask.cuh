@@ -46,7 +46,7 @@ struct AttentionMask {
 // The scale and the mask are separate passes, so that the mask is one compare (against an
 // immediate: a column's offset from the thread's first column is a constant once unrolled) and
 // one select per score. Folded into one pass with a runtime scale test, ptxas emitted two
-// compares, an add and a predicated multiply per score: 12% more instructions than cuDNN at
+// compares, an add and a predicated multiply per score: 13% more instructions than cuDNN at
 // d = 64, causal, s = 512 (ncu; docs/WORKLOG.md, K6 eighth pass).
 template <bool kFoldScale, class TS, class TC>
 __device__ __forceinline__ void scale_and_mask(TS& s_rc, const TC& c_rc, const AttentionMask& mask,
