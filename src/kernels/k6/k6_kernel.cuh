@@ -104,11 +104,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   // thread per 80-key tile: +2-3% at every length. At d <= 128 it measured -2% (d = 128) and -6%
   // (d = 64), more than its vote and branch account for (docs/WORKLOG.md, K6 sixth pass).
   constexpr bool kLazyRescale = D == 256;
-  // A row's max and sum in four independent chains at d = 128: +0.4 to +1.1% there; at d = 64
-  // it cost 2-8% on the three-warpgroup tile, at d = 256 it was neutral (docs/WORKLOG.md, K6
-  // eighth pass).
-  constexpr int kChains = D == 128 ? 4 : 1;
-  sm90::OnlineSoftmax<kRows, kFoldScale, kLazyRescale, kChains> softmax(scale_log2);
+  sm90::OnlineSoftmax<kRows, kFoldScale, kLazyRescale> softmax(scale_log2);
   float alpha[kRows];
   clear(tOrO);
 

@@ -23,8 +23,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 // (P <= 2^kLazyRescaleLog2, harmless for bf16/fp16 P and fp32 sums) and O keeps its scale. O and
 // the row sum always share the reference max, so the result is the same softmax; the O rescale
 // (one multiply per O element and tile) is skipped by every warp none of whose rows moved.
-// kChains (K6 at d = 128): a row's max and sum in that many independent chains instead of one.
-template <int kRows, bool kFoldScale, bool kLazyRescale = false, int kChains = 1>
+template <int kRows, bool kFoldScale, bool kLazyRescale = false>
 struct OnlineSoftmax {
   static constexpr float kLazyRescaleLog2 = 8.f;
   float row_max[kRows];  // running max of the scores as update_scores gets them (quad-uniform)
@@ -55,26 +54,11 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void update_scores(TS& s, float (&alpha)[kRows]) {
     using namespace cute;
     static_assert(size<0>(typename std::decay_t<TS>::layout_type{}) == kRows);
-    constexpr int kCols = size<1>(typename std::decay_t<TS>::layout_type{});
-    static_assert(kCols % kChains == 0, "the row reductions split a thread's columns evenly");
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      // With kChains > 1 the row's max and (below) sum run in independent chains, combined at
-      // the end, not as one chain of kCols dependent instructions (ncu at d = 64: k6's warps
-      // stalled on fixed-latency dependencies 1.4 times per issue, cuDNN's 0.8).
       float mx = row_max[r];
-      if constexpr (kChains == 1) {
-        CUTE_UNROLL
-        for (int c = 0; c < kCols; ++c) mx = fmaxf(mx, s(r, c));
-      } else {
-        float part[kChains];
-        CUTE_UNROLL
-        for (int k = 0; k < kChains; ++k) part[k] = s(r, k);
-        CUTE_UNROLL
-        for (int c = kChains; c < kCols; ++c) part[c % kChains] = fmaxf(part[c % kChains], s(r, c));
-        CUTE_UNROLL
-        for (int k = 0; k < kChains; ++k) mx = fmaxf(mx, part[k]);
-      }
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) mx = fmaxf(mx, s(r, c));
       mx = quad_max(mx);
       if constexpr (kLazyRescale) {  // keep the reference max unless it grew by enough
         if (row_max[r] != -INFINITY && (mx - row_max[r]) * factor <= kLazyRescaleLog2) mx = row_max[r];
@@ -87,21 +71,10 @@ struct OnlineSoftmax {
       }
       row_max[r] = mx;
       float sum = 0.f;
-      if constexpr (kChains == 1) {
-        CUTE_UNROLL
-        for (int c = 0; c < kCols; ++c) {
-          s(r, c) = exp2_approx(fmaf(s(r, c), factor, -m_safe));
-          sum += s(r, c);
-        }
-      } else {
-        float part[kChains] = {};
-        CUTE_UNROLL
-        for (int c = 0; c < kCols; ++c) {
-          s(r, c) = exp2_approx(fmaf(s(r, c), factor, -m_safe));
-          part[c % kChains] += s(r, c);
-        }
-        CUTE_UNROLL
-        for (int k = 0; k < kChains; ++k) sum += part[k];
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) {
+        s(r, c) = exp2_approx(fmaf(s(r, c), factor, -m_safe));
+        sum += s(r, c);
       }
       row_sum[r] = row_sum[r] * alpha[r] + sum;
     }
