@@ -84,22 +84,25 @@ TEST_P(PerKernel, ZeroAndNegativeSoftmaxScale) {
 
 // A large scale spreads the scores over hundreds of log2 units, so a row's max keeps growing from
 // one KV tile to the next by far more than the online softmax's lazy-rescale threshold (K6): the
-// path that moves the reference max and rescales O mid-row runs, not just the first tile's.
-// Every head dim: kernels choose such things per head dim.
+// path that moves the reference max and rescales O mid-row runs, not just the first tile's. At
+// scale 50 a new max is typically hundreds of log2 units above the old one, so a P taken against
+// the old max (K6's speculative softmax at d = 128) would overflow to inf: the slow path must
+// recompute it from the raw scores. Every head dim: kernels choose such things per head dim.
 TEST_P(PerKernel, LargeScoreRangeAcrossTiles) {
   HFA_SKIP_WITHOUT_GPU();
   for (const int head_dim : compiled_head_dims())
-    for (const bool causal : {false, true}) {
-      check::Config c = small(300, 1000, 4, 2);
-      c.head_dim = head_dim;
-      c.causal = causal;
-      c.softmax_scale = 2.f;
-      check::CheckResult r;
-      const Status st = check::run_check(c, 23, 0, &r);
-      if (st.code == StatusCode::kUnsupported) continue;  // e.g. k3_3 at d = 256 (declared)
-      ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
-      EXPECT_TRUE(r.pass) << c.describe() << ": " << r.message;
-    }
+    for (const bool causal : {false, true})
+      for (const float scale : {2.f, 50.f}) {
+        check::Config c = small(300, 1000, 4, 2);
+        c.head_dim = head_dim;
+        c.causal = causal;
+        c.softmax_scale = scale;
+        check::CheckResult r;
+        const Status st = check::run_check(c, 23, 0, &r);
+        if (st.code == StatusCode::kUnsupported) continue;  // e.g. k3_3 at d = 256 (declared)
+        ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
+        EXPECT_TRUE(r.pass) << c.describe() << ": " << r.message;
+      }
 }
 
 // A long query sequence against short keys at d = 64: k6 runs these shapes on its 192-row Q tiles

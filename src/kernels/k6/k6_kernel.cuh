@@ -23,6 +23,10 @@
 //
 //  6. At d = 64, most problems run three consumer warpgroups on 192-row Q tiles (k6_launch.h:
 //     wide_q_tile); everything above holds per warpgroup.
+//  7. At d = 128 the softmax is speculative (sm90/common/fragment_softmax.cuh: update_speculative):
+//     exponentials against the earlier tiles' max, so they start when S lands, and O is rescaled
+//     only when a row's max grew enough for P to exceed 2^8. This shortens the softmax that must fit
+//     in the other warpgroup's GEMMs (1.).
 //
 // Variant::kNoPingPong / kNoIntraWarpgroupOverlap switch 1 or 2 off, for the ablation. At d = 64
 // ping-pong is off in every variant (k6_launch.h: ping_pong).
@@ -104,6 +108,10 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   // thread per 80-key tile: +2-3% at every length. At d <= 128 it measured -2% (d = 128) and -6%
   // (d = 64), more than its vote and branch account for (docs/WORKLOG.md, K6 sixth pass).
   constexpr bool kLazyRescale = D == 256;
+  // The speculative softmax at d = 128 (fragment_softmax.cuh: update_speculative): +7.5% at
+  // s >= 8k, +0-5% below. At d = 64 it lost 4-9% below s = 8k, at d = 256 (against the lazy
+  // rescale) 1-5% (docs/WORKLOG.md, K6 ninth pass).
+  constexpr bool kSpeculativeMax = D == 128;
   sm90::OnlineSoftmax<kRows, kFoldScale, kLazyRescale> softmax(scale_log2);
   float alpha[kRows];
   clear(tOrO);
@@ -134,7 +142,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   using NamedBarrier = cutlass::arch::NamedBarrier;
   // S of `tile` (K stage `st`) has landed: K_j is free (the last one held when O is staged in
   // it), and Q after the tile's last Q K^T; scale, mask (where `masked`), softmax.
-  auto softmax_of = [&](int tile, const typename Pipeline::State& st, bool masked) {
+  auto release_and_mask = [&](int tile, const typename Pipeline::State& st, bool masked) {
     const bool last = tile == range.n_tiles - 1;
     if (!kRingStaging || !last) Pipeline::consumer_release(ss.pipeline, st);
     if (last) {
@@ -142,8 +150,14 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
       if (kRingStaging && warpgroup == 1) NamedBarrier::arrive(256, kKDone);
     }
     sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, masked, q0, tile * kBlockN, scale_log2);
+  };
+  auto softmax_of = [&](int tile, const typename Pipeline::State& st, bool masked) {
+    release_and_mask(tile, st, masked);
     softmax.update_scores(s_rc, alpha);
   };
+  // The speculative softmax (fragment_softmax.cuh: update_speculative) writes P straight into the
+  // P operand, so it runs once the previous P V has landed; it rescales O itself, when needed.
+  Tensor p_rc = make_tensor(tOrP.data(), s_rc.layout());
 
   if (range.n_tiles == 0) QPipeline::consumer_release(ss.q_pipeline, q);  // sees no key: O = 0
   typename Pipeline::State prev = kv;  // the stage whose P V is pending
@@ -171,9 +185,16 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
       turns.end();
       warpgroup_wait<1>();
       sm90::fence_after_wait(tSrS);
-      softmax_of(tile, kv, masked);
-      warpgroup_wait<0>();
-      sm90::fence_after_wait(tOrO, tOrP);
+      if constexpr (kSpeculativeMax) {
+        release_and_mask(tile, kv, masked);
+        warpgroup_wait<0>();
+        sm90::fence_after_wait(tOrO, tOrP);
+        softmax.update_speculative(s_rc, p_rc, o_rc);
+      } else {
+        softmax_of(tile, kv, masked);
+        warpgroup_wait<0>();
+        sm90::fence_after_wait(tOrO, tOrP);
+      }
     } else {  // one GEMM at a time: P_{j-1} V_{j-1}, then S_j, then the softmax
       Pipeline::consumer_wait(ss.pipeline_v, prev);
       issue_pv(prev);
@@ -183,11 +204,18 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
       turns.end();
       warpgroup_wait<0>();
       sm90::fence_after_wait(tSrS);
-      softmax_of(tile, kv, masked);
+      if constexpr (kSpeculativeMax) {
+        release_and_mask(tile, kv, masked);
+        softmax.update_speculative(s_rc, p_rc, o_rc);
+      } else {
+        softmax_of(tile, kv, masked);
+      }
     }
     Pipeline::consumer_release(ss.pipeline_v, prev);
-    softmax.rescale(o_rc, alpha);
-    sm90::convert_to_a_operand(tSrS, tOrP);
+    if constexpr (!kSpeculativeMax) {
+      softmax.rescale(o_rc, alpha);
+      sm90::convert_to_a_operand(tSrS, tOrP);
+    }
     prev = kv;
     kv.advance();
   }

@@ -80,6 +80,68 @@ struct OnlineSoftmax {
     }
   }
 
+  // update + rescale + the conversion to P, with the exponentials taken against the reference
+  // max of the earlier tiles *before* this tile's max is known (K6 at d = 128): the SFU starts
+  // as soon as S lands instead of after the row max's compare chain and shuffles, which sit on the
+  // critical path of the ping-pong (each warpgroup's softmax must fit in the other's GEMMs). The
+  // max is reduced alongside; only if some row's max exceeds its reference by more than
+  // kLazyRescaleLog2 (so P could exceed 2^8), or a row sees its first key, does the warp take the
+  // slow path: those rows get the new max, their P again, and O and the row sum their rescale.
+  // Otherwise O keeps its scale (no rescale at all). s stays the raw scores; p: s's (rows, cols)
+  // view of the P operand (same register order). Needs a reference from an earlier tile
+  // (update_scores on the first).
+  template <class TS, class TP, class TO>
+  __device__ __forceinline__ void update_speculative(const TS& s, TP& p, TO& o) {
+    using namespace cute;
+    using Element = typename std::decay_t<TP>::value_type;
+    float sum[kRows], mx[kRows];
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float m_safe = row_max[r] == -INFINITY ? 0.f : row_max[r] * factor;
+      sum[r] = 0.f;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) {
+        const float e = exp2_approx(fmaf(s(r, c), factor, -m_safe));
+        sum[r] += e;
+        p(r, c) = static_cast<Element>(e);
+      }
+    }
+    bool moved = false;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      mx[r] = row_max[r];
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) mx[r] = fmaxf(mx[r], s(r, c));
+      mx[r] = quad_max(mx[r]);
+      // -inf limit while the row has seen no key: any key then moves it (a reference of 0 could
+      // underflow every P of the row).
+      const float limit = row_max[r] == -INFINITY ? -INFINITY : row_max[r] * factor + kLazyRescaleLog2;
+      moved |= !(mx[r] * factor <= limit);
+    }
+    if (__any_sync(0xffffffffu, moved)) {  // warp-uniform; rare after the first tiles
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const float limit = row_max[r] == -INFINITY ? -INFINITY : row_max[r] * factor + kLazyRescaleLog2;
+        if (mx[r] * factor <= limit) continue;  // this row keeps its reference and its P
+        const float m_new = mx[r] * factor;
+        const float alpha = exp2_approx(fmaf(row_max[r], factor, -m_new));  // 0 from -inf
+        row_max[r] = mx[r];
+        sum[r] = 0.f;
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(s); ++c) {
+          const float e = exp2_approx(fmaf(s(r, c), factor, -m_new));
+          sum[r] += e;
+          p(r, c) = static_cast<Element>(e);
+        }
+        row_sum[r] *= alpha;
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(o); ++c) o(r, c) *= alpha;
+      }
+    }
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) row_sum[r] += sum[r];
+  }
+
   template <class TO>
   __device__ __forceinline__ void rescale(TO& o, const float (&alpha)[kRows]) {
     using namespace cute;
