@@ -109,8 +109,8 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   // (d = 64), more than its vote and branch account for (docs/WORKLOG.md, K6 sixth pass).
   constexpr bool kLazyRescale = D == 256;
   // The speculative softmax at d = 128 (fragment_softmax.cuh: update_speculative): +7.5% at
-  // s >= 8k, +0-5% below. At d = 64 it lost 4-9% below s = 8k, at d = 256 (against the lazy
-  // rescale) 1-5% (docs/WORKLOG.md, K6 ninth pass).
+  // s >= 8k, +0-6.5% below. At d = 64 it lost 2-11% below s = 8k, at d = 256 (against the lazy
+  // rescale) up to 5% (docs/WORKLOG.md, K6 ninth pass).
   constexpr bool kSpeculativeMax = D == 128;
   sm90::OnlineSoftmax<kRows, kFoldScale, kLazyRescale> softmax(scale_log2);
   float alpha[kRows];
