@@ -23,10 +23,11 @@
 //
 //  6. At d = 64, most problems run three consumer warpgroups on 192-row Q tiles (k6_launch.h:
 //     wide_q_tile); everything above holds per warpgroup.
-//  7. At d = 128 the softmax is speculative (sm90/common/fragment_softmax.cuh: update_speculative):
-//     exponentials against the earlier tiles' max, so they start when S lands, and O is rescaled
-//     only when a row's max grew enough for P to exceed 2^8. This shortens the softmax that must fit
-//     in the other warpgroup's GEMMs (1.).
+//  7. At d = 128 and on d = 64's 192-row tiles the softmax is speculative
+//     (sm90/common/fragment_softmax.cuh: update_speculative): exponentials against the earlier
+//     tiles' max, so they start when S lands; no row max and no O rescale unless some P exceeds
+//     2^8 (read off the row sums). This shortens the softmax that the other warpgroups' GEMMs
+//     must cover.
 //
 // Variant::kNoPingPong / kNoIntraWarpgroupOverlap switch 1 or 2 off, for the ablation. At d = 64
 // ping-pong is off in every variant (k6_launch.h: ping_pong).
@@ -108,10 +109,11 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   // thread per 80-key tile: +2-3% at every length. At d <= 128 it measured -2% (d = 128) and -6%
   // (d = 64), more than its vote and branch account for (docs/WORKLOG.md, K6 sixth pass).
   constexpr bool kLazyRescale = D == 256;
-  // The speculative softmax at d = 128 (fragment_softmax.cuh: update_speculative): +7.5% at
-  // s >= 8k, +0-6.5% below. At d = 64 it lost 2-11% below s = 8k, at d = 256 (against the lazy
-  // rescale) up to 5% (docs/WORKLOG.md, K6 ninth pass).
-  constexpr bool kSpeculativeMax = D == 128;
+  // The speculative softmax (fragment_softmax.cuh: update_speculative) at d = 128 (+12% at
+  // s = 16k over the ordinary update, +0-10% below) and on d = 64's 192-row tiles (+5-17%). On
+  // d = 64's 128-row tiles it lost up to 8%, at d = 256 (against the lazy rescale) up to 4.5% at
+  // long causal lengths (docs/WORKLOG.md, K6 ninth pass).
+  constexpr bool kSpeculativeMax = D == 128 || (D == 64 && Config::kConsumerWarpgroups == 3);
   sm90::OnlineSoftmax<kRows, kFoldScale, kLazyRescale> softmax(scale_log2);
   float alpha[kRows];
   clear(tOrO);

@@ -23,21 +23,21 @@ namespace hfa::k6 {
 constexpr int block_n(int head_dim) { return head_dim <= 128 ? 128 : 80; }
 // Consumer warpgroups (64 Q rows each): two (128-row Q tiles), or three (192 rows) at d = 64 where
 // wide_q_tile says so. At d = 64 each warpgroup's GEMMs are short next to its softmax and a third
-// warpgroup keeps the tensor cores busier: per row computed, the 192-row tile was ~10% faster at
-// every length without the causal mask (WORKLOG, K6 eighth pass: s = 2048 +6.8%, 4096 +7.9%,
-// 8k and 16k about +9-13% over two A/B steps, and 0.98x at s = 512 and 1024, where it computes
-// 12.5% padding rows). So it is
-// taken where its padding is at most 5% more rows than the 128-row tile's. With the causal mask it
-// lost up to s = 4096 (0.80x at s = 1024, 0.98x at 4096: a 192-row tile crosses the diagonal on
-// two 128-key tiles) and gained at 16k (+7.9%; 8k: +0.4%): taken from seqlen_q >= 8192. d >= 128
-// keeps two: 160 registers per thread cannot hold their S, P and O fragments.
-constexpr int kWideTileMinCausalSeqlenQ = 8192;
+// warpgroup keeps the tensor cores busier. With the speculative softmax (k6_kernel.cuh, 7.), which
+// pays on the 192-row tiles only, the 192-row tile against the 128-row one (WORKLOG, K6 ninth
+// pass): non-causal +1.3% at s = 512 and +1.7% at 1024 (where it computes 12.5% padding rows);
+// causal -8% at 512 and -11% at 1024 (a 192-row tile crosses the diagonal on two 128-key tiles),
+// +2% at 2048, +6% at 4096; where it already ran (non-causal from 2048, causal from 8192) the
+// speculative softmax made it another 5-17% faster. So: non-causal wherever its padding is at most
+// 12.5% more rows than the 128-row tile's, causal from seqlen_q = 2048. d >= 128 keeps two: 160
+// registers per thread cannot hold their S, P and O.
+constexpr int kWideTileMinCausalSeqlenQ = 2048;
 inline bool wide_q_tile(const FwdProblem& p) {
   if (p.head_dim != 64) return false;
   if (p.causal) return p.seqlen_q >= kWideTileMinCausalSeqlenQ;
   const long long rows_wide = (p.seqlen_q + 191LL) / 192 * 192;
   const long long rows = (p.seqlen_q + 127LL) / 128 * 128;
-  return rows_wide * 100 <= rows * 105;
+  return rows_wide * 8 <= rows * 9;
 }
 constexpr int max_consumer_warpgroups(int head_dim) { return head_dim == 64 ? 3 : 2; }
 constexpr int stages(int head_dim) { return head_dim <= 64 ? 5 : 2; }

@@ -81,20 +81,27 @@ struct OnlineSoftmax {
   }
 
   // update + rescale + the conversion to P, with the exponentials taken against the reference
-  // max of the earlier tiles *before* this tile's max is known (K6 at d = 128): the SFU starts
-  // as soon as S lands instead of after the row max's compare chain and shuffles, which sit on the
-  // critical path of the ping-pong (each warpgroup's softmax must fit in the other's GEMMs). The
-  // max is reduced alongside; only if some row's max exceeds its reference by more than
-  // kLazyRescaleLog2 (so P could exceed 2^8), or a row sees its first key, does the warp take the
-  // slow path: those rows get the new max, their P again, and O and the row sum their rescale.
-  // Otherwise O keeps its scale (no rescale at all). s stays the raw scores; p: s's (rows, cols)
-  // view of the P operand (same register order). Needs a reference from an earlier tile
-  // (update_scores on the first).
+  // max of the earlier tiles *before* this tile's max is known (K6 at d = 128, and on d = 64's
+  // 192-row tiles): the SFU starts as soon as S lands instead of after the row max's compare
+  // chain and shuffles, which sit on the critical path of the softmax that the other warpgroups'
+  // GEMMs must cover. Whether that was allowed is read off the row sums: a thread's partial row
+  // sum bounds each of its P, so if every one is <= 2^kLazyRescaleLog2 (= 256) no P exceeded
+  // that and the tile is done -- O keeps its scale, no rescale, no max reduced at all (the max
+  // chain's 64 FMNMX and the shuffles leave the common path). Otherwise (a sum above 256, an
+  // inf or NaN, or a row that has seen no key yet) the warp takes the slow path: the exact row
+  // max, and the rows whose max exceeds the reference by more than kLazyRescaleLog2 get it as
+  // their new reference, their P again from the raw scores, and O and the row sum their rescale.
+  // A sum above 256 whose row did not move that far keeps its P (each P <= 2^8 still holds).
+  // s: the raw scores (kept); p: s's (rows, cols) view of the P operand (same register order).
+  // Needs a reference from an earlier tile (update_scores on the first).
   template <class TS, class TP, class TO>
   __device__ __forceinline__ void update_speculative(const TS& s, TP& p, TO& o) {
     using namespace cute;
     using Element = typename std::decay_t<TP>::value_type;
-    float sum[kRows], mx[kRows];
+    constexpr float kSumLimit = 256.f;  // 2^kLazyRescaleLog2
+    static_assert(kLazyRescaleLog2 == 8.f, "kSumLimit must be 2^kLazyRescaleLog2");
+    float sum[kRows];
+    bool check = false;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const float m_safe = row_max[r] == -INFINITY ? 0.f : row_max[r] * factor;
@@ -105,27 +112,23 @@ struct OnlineSoftmax {
         sum[r] += e;
         p(r, c) = static_cast<Element>(e);
       }
+      // A row that has seen no key has the reference 0 above, which could underflow every P of
+      // the row: always checked.
+      check |= !(sum[r] <= kSumLimit) || row_max[r] == -INFINITY;
     }
-    bool moved = false;
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      mx[r] = row_max[r];
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) mx[r] = fmaxf(mx[r], s(r, c));
-      mx[r] = quad_max(mx[r]);
-      // -inf limit while the row has seen no key: any key then moves it (a reference of 0 could
-      // underflow every P of the row).
-      const float limit = row_max[r] == -INFINITY ? -INFINITY : row_max[r] * factor + kLazyRescaleLog2;
-      moved |= !(mx[r] * factor <= limit);
-    }
-    if (__any_sync(0xffffffffu, moved)) {  // warp-uniform; rare after the first tiles
+    if (__any_sync(0xffffffffu, check)) {  // warp-uniform; rare after the first tiles
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
+        float mx = row_max[r];
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(s); ++c) mx = fmaxf(mx, s(r, c));
+        mx = quad_max(mx);
+        // -inf limit while the row has seen no key: any key then moves it.
         const float limit = row_max[r] == -INFINITY ? -INFINITY : row_max[r] * factor + kLazyRescaleLog2;
-        if (mx[r] * factor <= limit) continue;  // this row keeps its reference and its P
-        const float m_new = mx[r] * factor;
+        if (mx * factor <= limit) continue;  // this row keeps its reference and its P
+        const float m_new = mx * factor;
         const float alpha = exp2_approx(fmaf(row_max[r], factor, -m_new));  // 0 from -inf
-        row_max[r] = mx[r];
+        row_max[r] = mx;
         sum[r] = 0.f;
         CUTE_UNROLL
         for (int c = 0; c < size<1>(s); ++c) {
