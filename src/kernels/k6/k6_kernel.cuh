@@ -30,7 +30,8 @@
 //     must cover.
 //
 // Variant::kNoPingPong / kNoIntraWarpgroupOverlap switch 1 or 2 off, for the ablation. At d = 64
-// ping-pong is off in every variant (k6_launch.h: ping_pong).
+// ping-pong is off in every variant (k6_launch.h: ping_pong), and so is the intra-warpgroup
+// overlap on the 192-row tiles (k6_launch.h: intra_warpgroup_overlap).
 #pragma once
 
 #include <cutlass/arch/reg_reconfig.h>
@@ -270,7 +271,8 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
   constexpr bool kPingPong = V != Variant::kNoPingPong && ping_pong(D);
   static_assert(!kPingPong || Config::kConsumerWarpgroups == 2,
                 "WarpgroupTurns alternates two warpgroups");
-  constexpr bool kOverlap = V != Variant::kNoIntraWarpgroupOverlap;
+  constexpr bool kOverlap = V != Variant::kNoIntraWarpgroupOverlap &&
+                           intra_warpgroup_overlap(D, Config::kConsumerWarpgroups);
   auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const FwdProblem& p = params.problem;
   const sm90::PersistentTileScheduler scheduler(p, Config::kBlockM, params.tile_group);

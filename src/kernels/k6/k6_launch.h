@@ -47,6 +47,14 @@ constexpr bool own_output_tiles(int head_dim) { return head_dim <= 128; }
 // (+1.5% geomean, +3.6% at s = 16k), while it gains 0.5% at d = 128 and 1.5-5% at d = 256.
 // (Without the staged O, ping-pong had paid at every head dim.)
 constexpr bool ping_pong(int head_dim) { return head_dim >= 128; }
+// The intra-warpgroup overlap (k6_kernel.cuh, 2.) everywhere but on d = 64's 192-row tiles: with
+// three warpgroups and the speculative softmax, issuing one GEMM at a time measured +3.5 to +9%
+// non-causal from s = 512 to 4096, +2.5% at 8k, 0 at 16k, and +4.5 to +7.5% causal (three A/B
+// rounds; WORKLOG, K6 ninth pass). Two warpgroups at any head dim still need it (ablation:
+// without it d = 128 and 256 lose 5-7%).
+constexpr bool intra_warpgroup_overlap(int head_dim, int consumer_warpgroups) {
+  return !(head_dim == 64 && consumer_warpgroups == 3);
+}
 // Shared memory of the largest tile k6 runs at this head dim.
 constexpr size_t smem_bytes(int head_dim) {
   const size_t q = size_t{64} * max_consumer_warpgroups(head_dim) * head_dim * 2;
