@@ -56,10 +56,7 @@ struct OnlineSoftmax {
     static_assert(size<0>(typename std::decay_t<TS>::layout_type{}) == kRows);
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      float mx = row_max[r];
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) mx = fmaxf(mx, s(r, c));
-      mx = quad_max(mx);
+      float mx = running_max(s, r);
       if constexpr (kLazyRescale) {  // keep the reference max unless it grew by enough
         if (row_max[r] != -INFINITY && (mx - row_max[r]) * factor <= kLazyRescaleLog2) mx = row_max[r];
       }
@@ -97,21 +94,13 @@ struct OnlineSoftmax {
   template <class TS, class TP, class TO>
   __device__ __forceinline__ void update_speculative(const TS& s, TP& p, TO& o) {
     using namespace cute;
-    using Element = typename std::decay_t<TP>::value_type;
     constexpr float kSumLimit = 256.f;  // 2^kLazyRescaleLog2
     static_assert(kLazyRescaleLog2 == 8.f, "kSumLimit must be 2^kLazyRescaleLog2");
     float sum[kRows];
     bool check = false;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      const float m_safe = row_max[r] == -INFINITY ? 0.f : row_max[r] * factor;
-      sum[r] = 0.f;
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) {
-        const float e = exp2_approx(fmaf(s(r, c), factor, -m_safe));
-        sum[r] += e;
-        p(r, c) = static_cast<Element>(e);
-      }
+      sum[r] = row_exponentials(s, p, r, row_max[r] == -INFINITY ? 0.f : row_max[r] * factor);
       // A row that has seen no key has the reference 0 above, which could underflow every P of
       // the row: always checked.
       check |= !(sum[r] <= kSumLimit) || row_max[r] == -INFINITY;
@@ -119,23 +108,14 @@ struct OnlineSoftmax {
     if (__any_sync(0xffffffffu, check)) {  // warp-uniform; rare after the first tiles
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
-        float mx = row_max[r];
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(s); ++c) mx = fmaxf(mx, s(r, c));
-        mx = quad_max(mx);
+        const float mx = running_max(s, r);
         // -inf limit while the row has seen no key: any key then moves it.
         const float limit = row_max[r] == -INFINITY ? -INFINITY : row_max[r] * factor + kLazyRescaleLog2;
         if (mx * factor <= limit) continue;  // this row keeps its reference and its P
         const float m_new = mx * factor;
         const float alpha = exp2_approx(fmaf(row_max[r], factor, -m_new));  // 0 from -inf
         row_max[r] = mx;
-        sum[r] = 0.f;
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(s); ++c) {
-          const float e = exp2_approx(fmaf(s(r, c), factor, -m_new));
-          sum[r] += e;
-          p(r, c) = static_cast<Element>(e);
-        }
+        sum[r] = row_exponentials(s, p, r, m_new);
         row_sum[r] *= alpha;
         CUTE_UNROLL
         for (int c = 0; c < size<1>(o); ++c) o(r, c) *= alpha;
@@ -143,6 +123,30 @@ struct OnlineSoftmax {
     }
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) row_sum[r] += sum[r];
+  }
+
+  // Row r's max over the running max and this tile's scores (quad-reduced: the 4 threads of a row).
+  template <class TS>
+  __device__ __forceinline__ float running_max(const TS& s, int r) const {
+    float mx = row_max[r];
+    CUTE_UNROLL
+    for (int c = 0; c < cute::size<1>(s); ++c) mx = fmaxf(mx, s(r, c));
+    return quad_max(mx);
+  }
+
+  // Row r of P (p, as update_speculative's) = exp2(s * factor - m_scaled); returns this thread's
+  // part of the row's sum.
+  template <class TS, class TP>
+  __device__ __forceinline__ float row_exponentials(const TS& s, TP& p, int r, float m_scaled) const {
+    using Element = typename std::decay_t<TP>::value_type;
+    float sum = 0.f;
+    CUTE_UNROLL
+    for (int c = 0; c < cute::size<1>(s); ++c) {
+      const float e = exp2_approx(fmaf(s(r, c), factor, -m_scaled));
+      sum += e;
+      p(r, c) = static_cast<Element>(e);
+    }
+    return sum;
   }
 
   template <class TO>
