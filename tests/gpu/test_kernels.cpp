@@ -86,8 +86,9 @@ TEST_P(PerKernel, ZeroAndNegativeSoftmaxScale) {
 // one KV tile to the next by far more than the online softmax's lazy-rescale threshold (K6): the
 // path that moves the reference max and rescales O mid-row runs, not just the first tile's. At
 // scale 50 a new max is typically hundreds of log2 units above the old one, so a P taken against
-// the old max (K6's speculative softmax at d = 128) would overflow to inf: the slow path must
-// recompute it from the raw scores. Every head dim: kernels choose such things per head dim.
+// the old max (K6's speculative softmax: d = 128, and d = 64's 192-row tiles, which this
+// non-causal 300-row shape takes) would overflow to inf: the slow path must recompute it from the
+// raw scores. Every head dim: kernels choose such things per head dim.
 TEST_P(PerKernel, LargeScoreRangeAcrossTiles) {
   HFA_SKIP_WITHOUT_GPU();
   for (const int head_dim : compiled_head_dims())

@@ -83,11 +83,12 @@ struct OnlineSoftmax {
   // chain and shuffles, which sit on the critical path of the softmax that the other warpgroups'
   // GEMMs must cover. Whether that was allowed is read off the row sums: a thread's partial row
   // sum bounds each of its P, so if every one is <= 2^kLazyRescaleLog2 (= 256) no P exceeded
-  // that and the tile is done -- O keeps its scale, no rescale, no max reduced at all (the max
-  // chain's 64 FMNMX and the shuffles leave the common path). Otherwise (a sum above 256, an
-  // inf or NaN, or a row that has seen no key yet) the warp takes the slow path: the exact row
-  // max, and the rows whose max exceeds the reference by more than kLazyRescaleLog2 get it as
-  // their new reference, their P again from the raw scores, and O and the row sum their rescale.
+  // that and the tile is done -- O keeps its scale, no rescale, no max reduced at all (at
+  // d = 128, 64 FMNMX and 4 shuffles per thread leave the common path). Otherwise (a sum above
+  // 256, an inf or NaN, or a row that has seen no key yet) the warp takes the slow path: the
+  // exact row max, and the rows whose max exceeds the reference by more than kLazyRescaleLog2 get
+  // it as their new reference, their P again from the raw scores, and O and the row sum their
+  // rescale.
   // A sum above 256 whose row did not move that far keeps its P (each P <= 2^8 still holds).
   // s: the raw scores (kept); p: s's (rows, cols) view of the P operand (same register order).
   // Needs a reference from an earlier tile (update_scores on the first).
