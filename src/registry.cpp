@@ -7,7 +7,8 @@ const std::vector<KernelEntry>& registry() {
   static const std::vector<KernelEntry> entries = {k1_entry(), k2_entry(), fa2_entry(), k3_1_entry(),
                                                      k3_2_entry(), k3_3_entry(), k4_qk_entry(),
                                                      k4_entry(), k5_entry(), k6_entry(),
-                                                     k6_no_pingpong_entry(), k6_no_overlap_entry()};
+                                                     k6_no_pingpong_entry(), k6_no_overlap_entry(),
+                                                     k7_entry()};
   return entries;
 }
 
@@ -36,7 +37,7 @@ std::vector<KernelInfo> list_backward_kernels() {
 
 std::vector<KernelInfo> list_kernels() {
   std::vector<KernelInfo> out;
-  for (const KernelEntry& e : registry()) out.push_back({e.name, e.description, e.supports});
+  for (const KernelEntry& e : registry()) out.push_back({e.name, e.description, e.supports, e.fp8});
   return out;
 }
 

@@ -15,6 +15,8 @@ struct KernelEntry {
   std::string supports;     // one line, for --list
   // "auto" runs the supporting kernel with the highest priority; 0 = never chosen by "auto".
   int auto_priority = 0;
+  // Takes e4m3 Q/K/V (and only those); false: bf16/fp16. The API enforces it before check().
+  bool fp8 = false;
   // Ok if the kernel can run `problem` on `device`; otherwise kUnsupported with a message that
   // names the argument and the rule. Must not touch the GPU.
   Status (*check)(const FwdProblem& problem, const DeviceInfo& device) = nullptr;
@@ -53,5 +55,6 @@ KernelEntry k5_entry();
 KernelEntry k6_entry();
 KernelEntry k6_no_pingpong_entry();
 KernelEntry k6_no_overlap_entry();
+KernelEntry k7_entry();
 
 }  // namespace hfa

@@ -57,7 +57,8 @@ const char* to_string(StatusCode code);
 enum class DType {
   kBF16,
   kFP16,
-  kFP32,  // LSE; not accepted for Q/K/V/O
+  kFP32,  // LSE and descale factors; not accepted for Q/K/V/O
+  kE4M3,  // float8 e4m3 (torch.float8_e4m3fn): Q/K/V of the FP8 forward (k7); needs descales
 };
 
 const char* to_string(DType dtype);
@@ -88,14 +89,15 @@ TensorView make_tensor(void* data, DType dtype, std::initializer_list<int64_t> s
 // Arguments of the forward pass. Fields will only ever be added (with defaults that keep today's
 // behaviour), so code that sets fields by name keeps compiling and meaning the same thing.
 struct ForwardArgs {
-  // (batch, seqlen_q, heads_q, head_dim), dtype bf16 or fp16. Read only.
+  // (batch, seqlen_q, heads_q, head_dim), dtype bf16, fp16 or e4m3. Read only.
   TensorView q;
   // (batch, seqlen_k, heads_kv, head_dim), same dtype as q. heads_q must be a multiple of
   // heads_kv: heads_kv == heads_q is MHA, 1 < heads_kv < heads_q is GQA, heads_kv == 1 is MQA.
   // Query head h reads KV head h / (heads_q / heads_kv).
   TensorView k;
   TensorView v;
-  // (batch, seqlen_q, heads_q, head_dim), same dtype as q. Written.
+  // (batch, seqlen_q, heads_q, head_dim), same dtype as q; with e4m3 inputs bf16 or fp16 (the
+  // caller's choice). Written.
   TensorView out;
   // Optional: fp32 (batch, heads_q, seqlen_q), natural-log sum of exponentials of each query row
   // (what a backward pass needs). Leave data == nullptr to skip it. A row that sees no key gets
@@ -115,8 +117,16 @@ struct ForwardArgs {
   // arguments is an error, never a silent fallback.
   std::string kernel = "auto";
 
+  // FP8 (e4m3 q, k, v) only, and then all three required: fp32 (batch, heads_kv) dequantization
+  // factors, as FlashAttention-3 takes them: the real Q of query head h in batch b is
+  // q * q_descale[b][h / (heads_q / heads_kv)], K is k * k_descale[b][h_kv], V is
+  // v * v_descale[b][h_kv]. Any strides. Their values are read on the device and not checked: a
+  // non-finite or zero descale gives what the arithmetic gives. With bf16/fp16 inputs they must
+  // be left empty (data == nullptr).
+  TensorView q_descale, k_descale, v_descale;
+
   // Reserved for later versions (not accepted yet): variable-length batches (cu_seqlens), paged
-  // KV, fp8 descale factors, sliding window, softcap, decode splits. They will be new fields here.
+  // KV, block-wise fp8 scales, sliding window, softcap, decode splits. They will be new fields here.
 };
 
 // Runs attention forward on `stream`. Asynchronous like a kernel launch: returns after the launch.
@@ -161,6 +171,7 @@ struct KernelInfo {
   std::string name;         // what ForwardArgs::kernel accepts
   std::string description;  // one line: what the kernel is
   std::string supports;     // one line: dtypes, head dims, features, architectures
+  bool fp8 = false;         // takes e4m3 Q/K/V (and only those); the others take bf16/fp16
 };
 
 // Every kernel this build contains, in the order of the ladder.

@@ -23,11 +23,18 @@ const char* to_string(DType dtype) {
     case DType::kBF16: return "bf16";
     case DType::kFP16: return "fp16";
     case DType::kFP32: return "fp32";
+    case DType::kE4M3: return "e4m3";
   }
   return "unknown";
 }
 
-int size_of(DType dtype) { return dtype == DType::kFP32 ? 4 : 2; }
+int size_of(DType dtype) {
+  switch (dtype) {
+    case DType::kFP32: return 4;
+    case DType::kE4M3: return 1;
+    default: return 2;
+  }
+}
 
 int64_t TensorView::numel() const {
   int64_t n = 1;

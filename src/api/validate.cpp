@@ -56,18 +56,52 @@ Status check_same_dim(const TensorView& a, const char* a_name, int a_dim, const 
                     shape_string(b).c_str());
 }
 
+// A descale factor tensor: required (fp32, (batch, heads_kv)) with e4m3 inputs, absent otherwise.
+Status check_descale(const TensorView& t, const char* name, const TensorView& q, int64_t heads_kv,
+                     FwdProblem::Descale* out) {
+  const bool fp8 = q.dtype == DType::kE4M3;
+  if (!fp8) {
+    if (t.data != nullptr || t.rank != 0)
+      return make_error(kInvalid, "%s: only e4m3 inputs take descale factors; q is %s", name,
+                        to_string(q.dtype));
+    return Status::Ok();
+  }
+  if (t.data == nullptr && q.shape[0] > 0)
+    return make_error(kInvalid, "%s: e4m3 inputs need fp32 (batch, heads_kv) descale factors; "
+                      "data pointer is null", name);
+  HFA_RETURN_IF_ERROR(check_tensor(t, name, 2, "(batch, heads_kv)"));
+  if (t.dtype != DType::kFP32)
+    return make_error(kInvalid, "%s: dtype %s; descale factors must be fp32", name, to_string(t.dtype));
+  if (t.shape[0] != q.shape[0] || t.shape[1] != heads_kv)
+    return make_error(kInvalid, "%s: shape %s; expected (batch, heads_kv) = (%lld, %lld)", name,
+                      shape_string(t).c_str(), (long long)q.shape[0], (long long)heads_kv);
+  out->data = static_cast<const float*>(t.data);
+  out->batch_stride = t.stride[0];
+  out->head_stride = t.stride[1];
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool is_empty(const FwdProblem& p) { return p.batch == 0 || p.seqlen_q == 0; }
 
 Status normalize_forward(const ForwardArgs& args, FwdProblem* p) {
   const TensorView &q = args.q, &k = args.k, &v = args.v, &o = args.out;
-  if (q.dtype != DType::kBF16 && q.dtype != DType::kFP16)
-    return make_error(kInvalid, "q: dtype %s is not supported; use bf16 or fp16", to_string(q.dtype));
+  if (q.dtype != DType::kBF16 && q.dtype != DType::kFP16 && q.dtype != DType::kE4M3)
+    return make_error(kInvalid, "q: dtype %s is not supported; use bf16, fp16 or e4m3",
+                      to_string(q.dtype));
+  const bool fp8 = q.dtype == DType::kE4M3;
+  if (fp8 && o.dtype != DType::kBF16 && o.dtype != DType::kFP16)
+    return make_error(kInvalid, "out: dtype %s; with e4m3 inputs out must be bf16 or fp16",
+                      to_string(o.dtype));
   HFA_RETURN_IF_ERROR(check_attention_tensor(q, "q", q.dtype));
   HFA_RETURN_IF_ERROR(check_attention_tensor(k, "k", q.dtype));
   HFA_RETURN_IF_ERROR(check_attention_tensor(v, "v", q.dtype));
-  HFA_RETURN_IF_ERROR(check_attention_tensor(o, "out", q.dtype));
+  if (fp8) HFA_RETURN_IF_ERROR(check_tensor(o, "out", 4, "(batch, seqlen, heads, head_dim)"));
+  if (fp8 && o.stride[3] != 1)
+    return make_error(kInvalid, "out: head_dim stride is %lld; head_dim must be contiguous (stride 1)",
+                      static_cast<long long>(o.stride[3]));
+  if (!fp8) HFA_RETURN_IF_ERROR(check_attention_tensor(o, "out", q.dtype));
 
   HFA_RETURN_IF_ERROR(check_same_dim(k, "k", 0, q, "q", 0, "batch"));
   HFA_RETURN_IF_ERROR(check_same_dim(k, "k", 3, q, "q", 3, "head_dim"));
@@ -95,6 +129,11 @@ Status normalize_forward(const ForwardArgs& args, FwdProblem* p) {
                         (long long)q.shape[1]);
   }
 
+  FwdProblem r;
+  HFA_RETURN_IF_ERROR(check_descale(args.q_descale, "q_descale", q, heads_kv, &r.q_descale));
+  HFA_RETURN_IF_ERROR(check_descale(args.k_descale, "k_descale", q, heads_kv, &r.k_descale));
+  HFA_RETURN_IF_ERROR(check_descale(args.v_descale, "v_descale", q, heads_kv, &r.v_descale));
+
   float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   if (args.softmax_scale.has_value()) {
     scale = *args.softmax_scale;
@@ -102,10 +141,10 @@ Status normalize_forward(const ForwardArgs& args, FwdProblem* p) {
       return make_error(kInvalid, "softmax_scale: %g is not finite", static_cast<double>(scale));
   }
 
-  FwdProblem r;
   r.q = q.data; r.k = k.data; r.v = v.data; r.o = o.data;
   r.lse = static_cast<float*>(args.lse.data);
   r.dtype = q.dtype;
+  r.out_dtype = o.dtype;
   r.batch = static_cast<int>(q.shape[0]);
   r.seqlen_q = static_cast<int>(q.shape[1]);
   r.seqlen_k = static_cast<int>(k.shape[1]);
@@ -129,6 +168,29 @@ Status normalize_forward(const ForwardArgs& args, FwdProblem* p) {
 
 namespace {
 
+// A forward kernel takes either bf16/fp16 inputs or e4m3 ones (KernelEntry::fp8), never both.
+Status check_input_dtype(const KernelEntry& e, const FwdProblem& p) {
+  const bool fp8 = p.dtype == DType::kE4M3;
+  if (fp8 == e.fp8) return Status::Ok();
+  if (fp8) {
+    std::string fp8_kernels;
+    for (const KernelEntry& k : registry())
+      if (k.fp8) fp8_kernels += (fp8_kernels.empty() ? "" : ", ") + k.name;
+    return make_error(StatusCode::kUnsupported,
+                      "q: kernel \"%s\" takes bf16/fp16 inputs, not e4m3 (e4m3 kernels: %s)",
+                      e.name.c_str(), fp8_kernels.empty() ? "none in this build" : fp8_kernels.c_str());
+  }
+  return make_error(StatusCode::kUnsupported, "q: kernel \"%s\" takes e4m3 inputs only; q is %s",
+                    e.name.c_str(), to_string(p.dtype));
+}
+Status check_input_dtype(const BackwardKernelEntry&, const BwdProblem&) { return Status::Ok(); }
+
+template <class Entry, class Problem>
+Status check_entry(const Entry& e, const Problem& problem, const DeviceInfo& device) {
+  HFA_RETURN_IF_ERROR(check_input_dtype(e, problem));
+  return e.check(problem, device);
+}
+
 // "auto" or a name, among `entries` (forward or backward kernels).
 template <class Entry, class Problem>
 Status select_from(const std::vector<Entry>& entries, const char* what, const std::string& name,
@@ -138,7 +200,7 @@ Status select_from(const std::vector<Entry>& entries, const char* what, const st
     std::string reasons;
     for (const Entry& e : entries) {
       if (e.auto_priority <= 0) continue;
-      Status st = e.check(problem, device);
+      Status st = check_entry(e, problem, device);
       if (!st.ok()) {
         reasons += "\n  " + st.message;
         continue;
@@ -161,7 +223,7 @@ Status select_from(const std::vector<Entry>& entries, const char* what, const st
     return make_error(kInvalid, "kernel: unknown %s kernel \"%s\"; available: %sauto", what,
                       name.c_str(), names.c_str());
   }
-  HFA_RETURN_IF_ERROR(e->check(problem, device));
+  HFA_RETURN_IF_ERROR(check_entry(*e, problem, device));
   *kernel = e;
   return Status::Ok();
 }
@@ -182,6 +244,9 @@ Status normalize_backward(const BackwardArgs& args, BwdProblem* bp) {
   if (args.lse.data == nullptr && args.q.numel() > 0)
     return make_error(kInvalid, "lse: data pointer is null; the backward needs the forward's LSE "
                                 "(fp32, (batch, heads_q, seqlen_q))");
+  if (args.q.dtype == DType::kE4M3)
+    return make_error(StatusCode::kUnsupported, "q: dtype e4m3; the backward takes bf16 or fp16 "
+                      "(FP8 attention is forward-only)");
   ForwardArgs fwd;
   fwd.q = args.q; fwd.k = args.k; fwd.v = args.v; fwd.out = args.out; fwd.lse = args.lse;
   fwd.softmax_scale = args.softmax_scale;

@@ -1,6 +1,7 @@
 // Device buffers for checks and benchmarks: layouts, random fill, poisoning, timing.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -25,8 +26,9 @@ const char* to_string(Layout layout) {
 std::string Config::describe() const {
   char buf[256];
   std::snprintf(buf, sizeof(buf),
-                "kernel=%s dtype=%s b=%d sq=%d sk=%d hq=%d hkv=%d d=%d causal=%d layout=%s",
-                kernel.c_str(), hfa::to_string(dtype), batch, seqlen_q, seqlen_k, heads_q, heads_kv,
+                "kernel=%s dtype=%s%s%s b=%d sq=%d sk=%d hq=%d hkv=%d d=%d causal=%d layout=%s",
+                kernel.c_str(), hfa::to_string(dtype), dtype == DType::kE4M3 ? " out=" : "",
+                dtype == DType::kE4M3 ? hfa::to_string(fp8_out_dtype) : "", batch, seqlen_q, seqlen_k, heads_q, heads_kv,
                 head_dim, causal ? 1 : 0, to_string(layout));
   return buf;
 }
@@ -38,8 +40,12 @@ double forward_flops(const Config& c) {
 
 namespace {
 
+// e4m3 test inputs are N(0, 1) x this (|values| up to ~400 of e4m3's 448), and the descales
+// about its inverse.
+constexpr float kFp8FillScale = 64.f;
+
 // splitmix64: a counter-based hash, so every element's value depends only on (seed, index).
-__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+__host__ __device__ __forceinline__ uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -55,6 +61,8 @@ __global__ void fill_normal_kernel(T* data, int64_t n, uint64_t seed) {
     const float u2 = static_cast<float>((r >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f);
     const float z = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);  // Box-Muller: N(0, 1)
     if constexpr (std::is_same_v<T, __half>) data[i] = __float2half_rn(z);
+    else if constexpr (std::is_same_v<T, __nv_fp8_storage_t>)
+      data[i] = __nv_cvt_float_to_fp8(z * kFp8FillScale, __NV_SATFINITE, __NV_E4M3);
     else data[i] = __float2bfloat16_rn(z);
   }
 }
@@ -93,7 +101,7 @@ Status alloc(DeviceBuffers::Tensor* t, TensorView view) {
 }  // namespace
 
 DeviceBuffers::~DeviceBuffers() {
-  for (Tensor* t : {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv})
+  for (Tensor* t : {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv, &q_descale, &k_descale, &v_descale})
     if (t->data) cudaFree(t->data);
 }
 
@@ -107,7 +115,12 @@ Status DeviceBuffers::allocate(const Config& c) {
   HFA_RETURN_IF_ERROR(alloc(&q, attention(c.seqlen_q, c.heads_q)));
   HFA_RETURN_IF_ERROR(alloc(&k, attention(c.seqlen_k, c.heads_kv)));
   HFA_RETURN_IF_ERROR(alloc(&v, attention(c.seqlen_k, c.heads_kv)));
-  HFA_RETURN_IF_ERROR(alloc(&o, attention(c.seqlen_q, c.heads_q)));
+  TensorView out = attention(c.seqlen_q, c.heads_q);
+  out.dtype = c.out_dtype();
+  HFA_RETURN_IF_ERROR(alloc(&o, out));
+  if (c.dtype == DType::kE4M3)
+    for (Tensor* t : {&q_descale, &k_descale, &v_descale})
+      HFA_RETURN_IF_ERROR(alloc(t, make_tensor(nullptr, DType::kFP32, {c.batch, c.heads_kv})));
   if (c.backward) {
     HFA_RETURN_IF_ERROR(alloc(&dout, attention(c.seqlen_q, c.heads_q)));
     HFA_RETURN_IF_ERROR(alloc(&dq, attention(c.seqlen_q, c.heads_q)));
@@ -129,11 +142,24 @@ Status DeviceBuffers::fill_random(uint64_t seed) {
     if (t->alloc_elems == 0) continue;
     const int blocks = static_cast<int>(std::min<int64_t>((t->alloc_elems + 255) / 256, 4096));
     const uint64_t s = seed * 0x100000001B3ull + salt;
-    if (config.dtype == DType::kFP16)
+    if (t->view.dtype == DType::kE4M3)
+      fill_normal_kernel<<<blocks, 256>>>(static_cast<__nv_fp8_storage_t*>(t->data), t->alloc_elems, s);
+    else if (config.dtype == DType::kFP16)
       fill_normal_kernel<<<blocks, 256>>>(static_cast<__half*>(t->data), t->alloc_elems, s);
     else
       fill_normal_kernel<<<blocks, 256>>>(static_cast<__nv_bfloat16*>(t->data), t->alloc_elems, s);
     HFA_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "launching the random fill"));
+  }
+  for (Tensor* t : {&q_descale, &k_descale, &v_descale}) {
+    ++salt;
+    if (t->alloc_elems == 0) continue;
+    std::vector<float> host(t->alloc_elems);
+    for (int64_t i = 0; i < t->alloc_elems; ++i) {
+      const double u = static_cast<double>(mix64(seed * 0x100000001B3ull + salt + mix64(i)) >> 11) * 0x1p-53;
+      host[i] = static_cast<float>((0.75 + 0.5 * u) / kFp8FillScale);
+    }
+    HFA_RETURN_IF_ERROR(cuda_status(cudaMemcpy(t->data, host.data(), host.size() * sizeof(float),
+                                               cudaMemcpyHostToDevice), "copying descales"));
   }
   return cuda_status(cudaDeviceSynchronize(), "random fill");
 }
@@ -154,6 +180,11 @@ ForwardArgs DeviceBuffers::forward_args() const {
   a.v = v.view;
   a.out = o.view;
   if (lse.data) a.lse = lse.view;
+  if (q_descale.data) {
+    a.q_descale = q_descale.view;
+    a.k_descale = k_descale.view;
+    a.v_descale = v_descale.view;
+  }
   a.causal = config.causal;
   a.softmax_scale = config.softmax_scale;
   a.kernel = config.kernel;

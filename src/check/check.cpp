@@ -62,10 +62,14 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
   if (st.ok()) st = cuda_status(cudaDeviceSynchronize(), "running the kernel");
   if (!st.ok()) return fail(st);
 
-  std::vector<uint16_t> hq, hk, hv, ho;
+  std::vector<uint8_t> hq, hk, hv;
+  std::vector<uint16_t> ho;
   std::vector<float> hlse;
-  for (auto [t, h] : {std::pair{&buf.q, &hq}, {&buf.k, &hk}, {&buf.v, &hv}, {&buf.o, &ho}})
-    if (!(st = copy_to_host(*t, h)).ok()) return fail(st);
+  for (auto [t, h] : {std::pair{&buf.q, &hq}, {&buf.k, &hk}, {&buf.v, &hv}})
+    if (!(st = download(*t, h)).ok()) return fail(st);
+  if (!(st = copy_to_host(buf.o, &ho)).ok()) return fail(st);
+  const DType out_dtype = c.out_dtype();
+  const bool fp8 = c.dtype == DType::kE4M3;
   if (buf.lse.data && !(st = copy_to_host(buf.lse, &hlse)).ok()) return fail(st);
 
   // Every output element written, nothing outside them: scan the whole allocation.
@@ -76,7 +80,7 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
       for (int64_t h = 0; h < ov.shape[2]; ++h)
         for (int64_t d = 0; d < ov.shape[3]; ++d) is_element[offset4(ov, a, b, h, d)] = 1;
   for (int64_t i = 0; i < buf.o.alloc_elems; ++i) {
-    if (is_element[i] && std::isnan(element_to_double(c.dtype, ho[i]))) ++result->unwritten;
+    if (is_element[i] && std::isnan(element_to_double(out_dtype, ho[i]))) ++result->unwritten;
     if (!is_element[i] && ho[i] != 0xFFFF) ++result->padding_clobbered;
   }
   if (buf.lse.data) {
@@ -112,10 +116,16 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
   result->rows_total = total;
   result->rows_checked = static_cast<int64_t>(rows.size());
 
-  const std::vector<double> q = to_contiguous(buf.q.view, hq);
-  const std::vector<double> k = to_contiguous(buf.k.view, hk);
-  const std::vector<double> v = to_contiguous(buf.v.view, hv);
-  const auto prec = c.dtype == DType::kFP16 ? reference::Precision::kFP16 : reference::Precision::kBF16;
+  std::vector<double> q = to_contiguous(buf.q.view, hq);
+  std::vector<double> k = to_contiguous(buf.k.view, hk);
+  std::vector<double> v = to_contiguous(buf.v.view, hv);
+  if (fp8) {  // the reference sees exactly the dequantized inputs
+    if (!(st = dequantize(&q, buf.q.view, buf.q_descale, c.heads_q / c.heads_kv)).ok() ||
+        !(st = dequantize(&k, buf.k.view, buf.k_descale, 1)).ok() ||
+        !(st = dequantize(&v, buf.v.view, buf.v_descale, 1)).ok())
+      return fail(st);
+  }
+  const auto prec = out_dtype == DType::kFP16 ? reference::Precision::kFP16 : reference::Precision::kBF16;
 
   const int n_threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 32u));
   std::vector<RowError> errs(n_threads);
@@ -130,10 +140,15 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
       const int b = static_cast<int>(row / (static_cast<int64_t>(c.seqlen_q) * c.heads_q));
       double ref_lse, base_lse;
       reference::forward_row(shape, q.data(), k.data(), v.data(), b, h, i, ref.data(), &ref_lse);
-      reference::forward_row_lowp(shape, prec, q.data(), k.data(), v.data(), b, h, i, base.data(), &base_lse);
+      if (fp8)
+        reference::forward_row_fp8_baseline(shape, prec, q.data(), k.data(), v.data(), b, h, i,
+                                            base.data(), &base_lse);
+      else
+        reference::forward_row_lowp(shape, prec, q.data(), k.data(), v.data(), b, h, i, base.data(),
+                                    &base_lse);
       bool masked_ok = true;
       for (int d = 0; d < c.head_dim; ++d) {
-        const double out = element_to_double(c.dtype, ho[offset4(ov, b, i, h, d)]);
+        const double out = element_to_double(out_dtype, ho[offset4(ov, b, i, h, d)]);
         const double err = std::fabs(out - ref[d]);
         e.max_abs = std::isnan(err) ? INFINITY : std::max(e.max_abs, err);
         e.base_max_abs = std::max(e.base_max_abs, std::fabs(base[d] - ref[d]));
@@ -170,7 +185,7 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
     sq_ref += e.sq_ref;
   }
   result->rel_rms = sq_ref > 0 ? std::sqrt(sq_err / sq_ref) : std::sqrt(sq_err);
-  result->tolerance = 2 * result->baseline_max_abs_err + output_atol(c.dtype);
+  result->tolerance = 2 * result->baseline_max_abs_err + output_atol(out_dtype);
   result->lse_tolerance = 2 * result->lse_tolerance + kLseAtol;
 
   std::string why;

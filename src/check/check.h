@@ -29,7 +29,9 @@ const char* to_string(Layout layout);
 
 struct Config {
   std::string kernel = "auto";
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;  // of q, k, v
+  // Of out when dtype is e4m3 (bf16 or fp16); otherwise out has dtype.
+  DType fp8_out_dtype = DType::kBF16;
   int batch = 1, seqlen_q = 128, seqlen_k = 128, heads_q = 1, heads_kv = 1, head_dim = 64;
   bool causal = false;
   std::optional<float> softmax_scale;  // default 1/sqrt(head_dim)
@@ -38,12 +40,16 @@ struct Config {
   bool backward = false;  // also allocate dout, dq, dk, dv (and always LSE)
 
   std::string describe() const;  // one line, for messages
+  DType out_dtype() const { return dtype == DType::kE4M3 ? fp8_out_dtype : dtype; }
 };
 
 // 4 * batch * heads_q * seqlen_q * seqlen_k * head_dim, halved when causal (DESIGN.md).
 double forward_flops(const Config& c);
 
 // Device buffers for one configuration: Q, K, V filled with N(0, 1) values, O and LSE poisoned.
+// e4m3 inputs: Q, K, V hold N(0, 1) x 64 rounded to e4m3 (saturating), and the descales
+// (batch, heads_kv) are (0.75 .. 1.25) / 64, different per (batch, KV head): the dequantized
+// inputs are roughly N(0, 1) with a scale of their own per head.
 class DeviceBuffers {
  public:
   DeviceBuffers() = default;
@@ -65,6 +71,7 @@ class DeviceBuffers {
     TensorView view;
   };
   Tensor q, k, v, o, lse;
+  Tensor q_descale, k_descale, v_descale;  // e4m3 inputs only
   Tensor dout, dq, dk, dv;  // config.backward only
   Config config;
 };

@@ -12,6 +12,7 @@
 
 #include "check/check.h"
 #include "common/status_util.h"
+#include "reference/reference.h"
 
 namespace hfa::check {
 
@@ -26,16 +27,56 @@ inline double element_to_double(DType dtype, const uint16_t bits) {
   return __bfloat162float(b);
 }
 
+// elem_bytes: bytes per element when E is a byte buffer of another dtype (e4m3, bf16 as bytes).
 template <typename E>
-inline Status copy_to_host(const DeviceBuffers::Tensor& t, std::vector<E>* host) {
-  host->resize(t.alloc_elems);
+inline Status copy_to_host(const DeviceBuffers::Tensor& t, std::vector<E>* host,
+                           int elem_bytes = sizeof(E)) {
+  host->resize(t.alloc_elems * elem_bytes / sizeof(E));
   if (t.alloc_elems == 0) return Status::Ok();
-  return cuda_status(cudaMemcpy(host->data(), t.data, t.alloc_elems * sizeof(E), cudaMemcpyDeviceToHost),
+  return cuda_status(cudaMemcpy(host->data(), t.data, t.alloc_elems * elem_bytes, cudaMemcpyDeviceToHost),
                      "copying a tensor to the host");
 }
 
 inline int64_t offset4(const TensorView& t, int64_t a, int64_t b, int64_t c, int64_t d) {
   return a * t.stride[0] + b * t.stride[1] + c * t.stride[2] + d * t.stride[3];
+}
+
+// A whole device tensor's bytes, and element i of them as a double (any dtype but fp32).
+inline Status download(const DeviceBuffers::Tensor& t, std::vector<uint8_t>* bytes) {
+  return copy_to_host(t, bytes, size_of(t.view.dtype));
+}
+inline double element_at(DType dtype, const std::vector<uint8_t>& bytes, int64_t i) {
+  if (dtype == DType::kE4M3) return reference::e4m3_to_double(bytes[i]);
+  uint16_t bits;
+  std::memcpy(&bits, bytes.data() + 2 * i, 2);
+  return element_to_double(dtype, bits);
+}
+
+// Device tensor (any strides) -> contiguous doubles in (batch, seqlen, heads, head_dim) order.
+inline std::vector<double> to_contiguous(const TensorView& t, const std::vector<uint8_t>& raw) {
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  size_t n = 0;
+  for (int64_t a = 0; a < t.shape[0]; ++a)
+    for (int64_t b = 0; b < t.shape[1]; ++b)
+      for (int64_t c = 0; c < t.shape[2]; ++c)
+        for (int64_t d = 0; d < t.shape[3]; ++d)
+          out[n++] = element_at(t.dtype, raw, offset4(t, a, b, c, d));
+  return out;
+}
+
+// e4m3 inputs: the contiguous (batch, seqlen, heads, head_dim) values times their head's descale
+// (fp32 (batch, heads_kv) on the device); `group` query heads share a KV head's (1 for K and V).
+inline Status dequantize(std::vector<double>* values, const TensorView& t,
+                         const DeviceBuffers::Tensor& descale, int group) {
+  std::vector<float> host;
+  HFA_RETURN_IF_ERROR(copy_to_host(descale, &host));
+  const int64_t seqlen = t.shape[1], heads = t.shape[2], d = t.shape[3];
+  const int64_t heads_kv = descale.view.shape[1];
+  for (int64_t i = 0; i < static_cast<int64_t>(values->size()); ++i) {
+    const int64_t b = i / (seqlen * heads * d), h = (i / d) % heads;
+    (*values)[i] *= host[b * heads_kv + h / group];
+  }
+  return Status::Ok();
 }
 
 // Device tensor (any strides) -> contiguous doubles in (batch, seqlen, heads, head_dim) order.

@@ -22,7 +22,8 @@ struct FwdProblem {
   void* o = nullptr;
   float* lse = nullptr;  // may be null: not requested
 
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;      // of q, k, v
+  DType out_dtype = DType::kBF16;  // of o: dtype, except for e4m3 inputs (bf16 or fp16 then)
   int batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
 
   // (batch, seqlen, heads) strides of each tensor.
@@ -35,6 +36,14 @@ struct FwdProblem {
 
   float softmax_scale = 1.0f;
   bool causal = false;
+
+  // e4m3 inputs: fp32 (batch, heads_kv) dequantization factors (ForwardArgs::q_descale ...).
+  struct Descale {
+    const float* data = nullptr;
+    int64_t batch_stride = 0, head_stride = 0;
+    HFA_HOST_DEVICE float at(int b, int hk) const { return data[b * batch_stride + hk * head_stride]; }
+  };
+  Descale q_descale, k_descale, v_descale;
 
   // Query heads per KV head (GQA group size).
   HFA_HOST_DEVICE int group_size() const { return heads_q / heads_kv; }

@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <atomic>
 #include <cmath>
@@ -189,6 +190,55 @@ void forward_row_lowp(const Shape& s, Precision prec, const double* q, const dou
   }
   for (int c = 0; c < d; ++c) o_row[c] = round_to(prec, acc[c]);
   *lse = static_cast<double>(m + std::log(l));
+}
+
+}  // namespace hfa::reference
+
+namespace hfa::reference {
+
+double e4m3_to_double(uint8_t bits) {
+  const int sign = bits >> 7, exponent = (bits >> 3) & 0xF, mantissa = bits & 7;
+  if (exponent == 0xF && mantissa == 7) return std::numeric_limits<double>::quiet_NaN();
+  const double magnitude = exponent == 0 ? std::ldexp(mantissa, -9)  // subnormal: m x 2^-9
+                                         : std::ldexp(8 + mantissa, exponent - 10);
+  return sign ? -magnitude : magnitude;
+}
+
+double round_to_e4m3(double x) {
+  return e4m3_to_double(static_cast<uint8_t>(__nv_cvt_double_to_fp8(x, __NV_SATFINITE, __NV_E4M3)));
+}
+
+void forward_row_fp8_baseline(const Shape& s, Precision out, const double* q, const double* k,
+                              const double* v, int b, int h, int i, double* o_row, double* lse) {
+  const int d = s.head_dim, hk = s.kv_head(h);
+  const double* qi = q + s.q_index(b, i, h);
+  std::vector<float> scores(s.seqlen_k, -INFINITY);
+  float m = -INFINITY;
+  for (int j = 0; j < s.seqlen_k; ++j) {
+    if (!s.visible(i, j)) continue;
+    const double* kj = k + s.kv_index(b, j, hk);
+    float dot = 0;
+    for (int c = 0; c < d; ++c) dot += static_cast<float>(qi[c] * kj[c]);  // exact products
+    scores[j] = dot * static_cast<float>(s.scale);
+    m = std::max(m, scores[j]);
+  }
+  for (int c = 0; c < d; ++c) o_row[c] = 0;
+  if (m == -INFINITY) {
+    *lse = kNegInf;
+    return;
+  }
+  float l = 0;
+  std::vector<float> acc(d, 0.f);
+  for (int j = 0; j < s.seqlen_k; ++j) {
+    if (scores[j] == -INFINITY) continue;
+    const float p = std::exp(scores[j] - m);
+    l += p;
+    const float pq = static_cast<float>(round_to_e4m3(p));
+    const double* vj = v + s.kv_index(b, j, hk);
+    for (int c = 0; c < d; ++c) acc[c] += pq * static_cast<float>(vj[c]);
+  }
+  for (int c = 0; c < d; ++c) o_row[c] = round_to(out, acc[c] / l);
+  *lse = static_cast<double>(m) + std::log(static_cast<double>(l));
 }
 
 }  // namespace hfa::reference

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 
 namespace hfa::reference {
 
@@ -41,6 +42,11 @@ void backward(const Shape& s, const double* q, const double* k, const double* v,
 
 enum class Precision { kBF16, kFP16 };
 
+// float8 e4m3 (FN: no infinities, NaN = 0x7F/0xFF, max 448): every code's value, and x rounded
+// to the nearest code (ties to even, saturating to +-448 as FP8 kernels convert).
+double e4m3_to_double(uint8_t bits);
+double round_to_e4m3(double x);
+
 // The backward of one GQA group: the query heads that read KV head hk of batch b. Writes their dq
 // rows and the group's dk, dv rows (nothing else). With lowp == nullptr in fp64; otherwise the
 // tolerance baseline for gradients: the same equations as a framework runs them on bf16/fp16
@@ -57,5 +63,12 @@ void backward_group(const Shape& s, const double* q, const double* k, const doub
 double round_to(Precision p, double x);
 void forward_row_lowp(const Shape& s, Precision p, const double* q, const double* k,
                       const double* v, int b, int h, int i, double* o_row, double* lse);
+
+// The FP8 yardstick (issue 19, FlashAttention-3's baseline): the straightforward FP8 attention of
+// one row on the same quantized inputs (q, k, v here already dequantized: e4m3 value x descale):
+// scores accumulated in fp32, softmax in fp32, P in [0, 1] rounded to e4m3, P V accumulated in
+// fp32, O rounded to `out`. A kernel's error is measured against its error.
+void forward_row_fp8_baseline(const Shape& s, Precision out, const double* q, const double* k,
+                              const double* v, int b, int h, int i, double* o_row, double* lse);
 
 }  // namespace hfa::reference

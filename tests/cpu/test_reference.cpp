@@ -206,3 +206,54 @@ TEST(Reference, RoundToNearestEven) {
 
 }  // namespace
 }  // namespace hfa::reference
+
+namespace hfa::reference {
+namespace {
+
+// e4m3 (FN): known codes, every code's round trip, and rounding between codes.
+TEST(ReferenceFp8, E4m3CodesAndRounding) {
+  EXPECT_EQ(e4m3_to_double(0x7E), 448.0);           // the largest finite value
+  EXPECT_EQ(e4m3_to_double(0x08), std::ldexp(1, -6));  // the smallest normal
+  EXPECT_EQ(e4m3_to_double(0x01), std::ldexp(1, -9));  // the smallest subnormal
+  EXPECT_EQ(e4m3_to_double(0x38), 1.0);
+  EXPECT_EQ(e4m3_to_double(0xB8), -1.0);
+  EXPECT_TRUE(std::isnan(e4m3_to_double(0x7F)));
+  for (int code = 0; code < 256; ++code) {
+    const double x = e4m3_to_double(static_cast<uint8_t>(code));
+    if (!std::isnan(x)) EXPECT_EQ(round_to_e4m3(x), x) << code;
+  }
+  EXPECT_EQ(round_to_e4m3(1000.0), 448.0);  // saturating
+  EXPECT_EQ(round_to_e4m3(1.0 + 1.0 / 32), 1.0);  // half-way between 1 and 1.125: to even
+  EXPECT_EQ(round_to_e4m3(1.0 + 3.0 / 32), 1.125);
+}
+
+// The FP8 yardstick is close to the fp64 attention but not equal: its P is rounded to e4m3.
+TEST(ReferenceFp8, BaselineErrorIsThatOfE4m3P) {
+  Shape s;
+  s.seqlen_q = 4;
+  s.seqlen_k = 300;
+  s.head_dim = 64;
+  s.scale = 0.125;
+  std::vector<double> q(s.seqlen_q * 64), k(s.seqlen_k * 64), v(s.seqlen_k * 64);
+  uint64_t x = 12345;
+  auto next = [&] {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return round_to_e4m3(static_cast<double>(x >> 11) * 0x1p-53 * 4 - 2);
+  };
+  for (auto* t : {&q, &k, &v})
+    for (double& e : *t) e = next();
+  std::vector<double> ref(64), base(64);
+  double lse_ref, lse_base;
+  for (int i = 0; i < s.seqlen_q; ++i) {
+    forward_row(s, q.data(), k.data(), v.data(), 0, 0, i, ref.data(), &lse_ref);
+    forward_row_fp8_baseline(s, Precision::kBF16, q.data(), k.data(), v.data(), 0, 0, i, base.data(), &lse_base);
+    double err = 0;
+    for (int c = 0; c < 64; ++c) err = std::max(err, std::fabs(ref[c] - base[c]));
+    EXPECT_GT(err, 1e-4);  // P in e4m3 is visibly inexact
+    EXPECT_LT(err, 0.1);
+    EXPECT_NEAR(lse_base, lse_ref, 1e-4);
+  }
+}
+
+}  // namespace
+}  // namespace hfa::reference

@@ -91,6 +91,101 @@ TEST(Validation, DtypeMismatch) {
   expect_error(normalize(a), StatusCode::kInvalidArgument, {"q:", "fp32", "not supported"});
 }
 
+// ---- FP8 (e4m3) inputs ----------------------------------------------------------------------------
+
+alignas(16) float g_descale[3][16];
+
+ForwardArgs valid_fp8_args(DType out = DType::kBF16) {
+  ForwardArgs a = valid_args(DType::kE4M3);
+  a.out.dtype = out;
+  a.q_descale = make_tensor(g_descale[0], DType::kFP32, {kB, kHkv});
+  a.k_descale = make_tensor(g_descale[1], DType::kFP32, {kB, kHkv});
+  a.v_descale = make_tensor(g_descale[2], DType::kFP32, {kB, kHkv});
+  return a;
+}
+
+TEST(Fp8Validation, ValidArgumentsPassAndAutoPicksK7) {
+  for (DType out : {DType::kBF16, DType::kFP16}) {
+    FwdProblem p;
+    ASSERT_TRUE(normalize_forward(valid_fp8_args(out), &p).ok());
+    EXPECT_EQ(p.dtype, DType::kE4M3);
+    EXPECT_EQ(p.out_dtype, out);
+    EXPECT_EQ(p.v_descale.data, g_descale[2]);
+    EXPECT_EQ(p.v_descale.head_stride, 1);
+    EXPECT_EQ(p.v_descale.batch_stride, kHkv);
+    const KernelEntry* kernel = nullptr;
+    ASSERT_TRUE(select_kernel_for("auto", p, hopper(), &kernel).ok());
+    EXPECT_EQ(kernel->name, "k7");
+  }
+  EXPECT_EQ(size_of(DType::kE4M3), 1);
+  EXPECT_STREQ(to_string(DType::kE4M3), "e4m3");
+}
+
+TEST(Fp8Validation, E4m3InputsNeedEveryDescale) {
+  for (TensorView ForwardArgs::*field :
+       {&ForwardArgs::q_descale, &ForwardArgs::k_descale, &ForwardArgs::v_descale}) {
+    ForwardArgs a = valid_fp8_args();
+    (a.*field) = TensorView{};
+    const char* name = field == &ForwardArgs::q_descale ? "q_descale:"
+                       : field == &ForwardArgs::k_descale ? "k_descale:" : "v_descale:";
+    expect_error(normalize(a), StatusCode::kInvalidArgument, {name, "e4m3", "null"});
+  }
+}
+
+TEST(Fp8Validation, DescaleShapeAndDtype) {
+  ForwardArgs a = valid_fp8_args();
+  a.k_descale = make_tensor(g_descale[1], DType::kFP32, {kB, kHq});  // heads_q, not heads_kv
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k_descale:", "(batch, heads_kv)", "(2, 2)"});
+  a = valid_fp8_args();
+  a.q_descale = make_tensor(g_descale[0], DType::kFP32, {kB * kHkv});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"q_descale:", "rank 2"});
+  a = valid_fp8_args();
+  a.v_descale.dtype = DType::kBF16;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"v_descale:", "bf16", "fp32"});
+}
+
+TEST(Fp8Validation, DescalesOnlyWithE4m3Inputs) {
+  ForwardArgs a = valid_args();
+  a.q_descale = make_tensor(g_descale[0], DType::kFP32, {kB, kHkv});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"q_descale:", "only e4m3", "bf16"});
+}
+
+TEST(Fp8Validation, OutputMustBeBf16OrFp16) {
+  for (DType out : {DType::kE4M3, DType::kFP32}) {
+    ForwardArgs a = valid_fp8_args(out);
+    expect_error(normalize(a), StatusCode::kInvalidArgument, {"out:", to_string(out), "bf16 or fp16"});
+  }
+  ForwardArgs a = valid_fp8_args();
+  a.k.dtype = DType::kBF16;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k:", "bf16", "does not match", "e4m3"});
+}
+
+// A kernel takes bf16/fp16 or e4m3 inputs, and refuses the other by name.
+TEST(Fp8Validation, KernelsRefuseTheOtherInputTypeByName) {
+  for (const KernelInfo& k : list_kernels()) {
+    ForwardArgs a = k.fp8 ? valid_args() : valid_fp8_args();
+    a.kernel = k.name;
+    expect_error(plan(a), StatusCode::kUnsupported,
+                 {"q:", ("\"" + k.name + "\"").c_str(), k.fp8 ? "e4m3 inputs only" : "not e4m3"});
+  }
+  ForwardArgs a = valid_fp8_args();
+  a.kernel = "k7";
+  EXPECT_TRUE(plan(a).ok()) << plan(a).message;
+  DeviceInfo ampere = hopper();
+  ampere.cc_major = 8;
+  expect_error(plan(a, ampere), StatusCode::kUnsupported, {"k7", "Hopper"});
+}
+
+TEST(Fp8Validation, BackwardRefusesE4m3) {
+  BackwardArgs b;
+  const ForwardArgs f = valid_fp8_args();
+  b.q = f.q; b.k = f.k; b.v = f.v; b.out = f.out; b.lse = f.lse;
+  b.dout = b.dq = f.out;
+  b.dk = b.dv = f.k;
+  BwdProblem p;
+  expect_error(normalize_backward(b, &p), StatusCode::kUnsupported, {"q:", "e4m3", "backward"});
+}
+
 TEST(Validation, ShapeMismatch) {
   ForwardArgs a = valid_args();
   a.v = make_tensor(g_v, DType::kBF16, {kB, kSk + 1, kHkv, kD});

@@ -44,20 +44,32 @@ struct MatrixParam {
   int head_dim;
   bool causal;
   DType dtype;
+  DType fp8_out_dtype = DType::kBF16;  // the output's dtype when dtype is e4m3
 };
 
 inline std::string param_name(const ::testing::TestParamInfo<MatrixParam>& info) {
   const MatrixParam& p = info.param;
   return p.kernel + "_d" + std::to_string(p.head_dim) + (p.causal ? "_causal_" : "_full_") +
-         to_string(p.dtype);
+         to_string(p.dtype) + (p.dtype == DType::kE4M3 ? std::string("_") + to_string(p.fp8_out_dtype) : "");
 }
 
+// Whether a forward kernel takes e4m3 inputs (KernelInfo::fp8); false for backward-only names.
+inline bool is_fp8_kernel(const std::string& name) {
+  for (const KernelInfo& k : list_kernels())
+    if (k.name == name) return k.fp8;
+  return false;
+}
+
+// bf16 and fp16 for the ordinary kernels; e4m3 with bf16 and with fp16 output for FP8 kernels.
 inline std::vector<MatrixParam> matrix(const std::vector<std::string>& kernels) {
   std::vector<MatrixParam> out;
   for (const std::string& k : kernels)
     for (int d : compiled_head_dims())
       for (bool causal : {false, true})
-        for (DType dt : {DType::kBF16, DType::kFP16}) out.push_back({k, d, causal, dt});
+        for (DType dt : {DType::kBF16, DType::kFP16}) {
+          if (is_fp8_kernel(k)) out.push_back({k, d, causal, DType::kE4M3, dt});
+          else out.push_back({k, d, causal, dt});
+        }
   return out;
 }
 
@@ -66,6 +78,7 @@ inline check::Config matrix_config(const MatrixParam& p, const ShapeCase& s) {
   check::Config c;
   c.kernel = p.kernel;
   c.dtype = p.dtype;
+  c.fp8_out_dtype = p.fp8_out_dtype;
   c.head_dim = p.head_dim;
   c.causal = p.causal;
   c.batch = s.batch;

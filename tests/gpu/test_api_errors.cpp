@@ -57,6 +57,36 @@ TEST_F(ErrorsTouchNothing, MisalignedPointer) {
   expect_untouched(forward(a), StatusCode::kUnsupported);
 }
 
+// e4m3 inputs: a bf16/fp16 kernel refuses them by name, and missing descales or an e4m3 output
+// are invalid; nothing is written either way.
+class Fp8ErrorsTouchNothing : public ErrorsTouchNothing {
+ protected:
+  void SetUp() override {
+    c.dtype = DType::kE4M3;
+    ErrorsTouchNothing::SetUp();
+  }
+};
+
+TEST_F(Fp8ErrorsTouchNothing, Bf16KernelRefusesE4m3) {
+  ForwardArgs a = buf.forward_args();
+  a.kernel = "k6";
+  const Status st = forward(a);
+  EXPECT_NE(st.message.find("k6"), std::string::npos) << st.message;
+  expect_untouched(st, StatusCode::kUnsupported);
+}
+
+TEST_F(Fp8ErrorsTouchNothing, MissingDescale) {
+  ForwardArgs a = buf.forward_args();
+  a.v_descale = TensorView{};
+  expect_untouched(forward(a), StatusCode::kInvalidArgument);
+}
+
+TEST_F(Fp8ErrorsTouchNothing, E4m3Output) {
+  ForwardArgs a = buf.forward_args();
+  a.out.dtype = DType::kE4M3;
+  expect_untouched(forward(a), StatusCode::kInvalidArgument);
+}
+
 TEST_F(ErrorsTouchNothing, UnknownKernel) {
   ForwardArgs a = buf.forward_args();
   a.kernel = "fastest";

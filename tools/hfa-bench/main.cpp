@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -60,7 +61,11 @@ int main(int argc, char** argv) {
   app.add_option("--heads", heads, "query heads (default: 2048 / headdim)")->envname("HEADS")->check(CLI::PositiveNumber);
   app.add_option("--heads-kv", heads_kv, "key/value heads, GQA/MQA (default: --heads)")->check(CLI::PositiveNumber);
   app.add_flag("--causal", causal, "causal mask (bottom-right aligned)")->envname("CAUSAL");
-  app.add_option("--dtype", dtype_name, "bf16 or fp16")->envname("DTYPE")->check(CLI::IsMember({"bf16", "fp16"}));
+  app.add_option("--dtype", dtype_name, "bf16, fp16 or e4m3 (default: e4m3 for FP8 kernels such as k7, else bf16)")
+      ->envname("DTYPE")->check(CLI::IsMember({"bf16", "fp16", "e4m3"}));
+  std::string out_dtype_name = "bf16";
+  app.add_option("--out-dtype", out_dtype_name, "output dtype with e4m3 inputs: bf16 or fp16")
+      ->check(CLI::IsMember({"bf16", "fp16"}));
   app.add_flag("--check", opt.check, "check against the fp64 CPU reference; exit 1 on FAIL")->envname("CHECK");
   app.add_option("--check-rows", opt.check_rows, "rows checked per configuration (random subset when more)");
   app.add_flag("--bwd", opt.backward, "the backward pass (backward kernels: see --list); TFLOPS = 2.5 x forward FLOPs");
@@ -97,7 +102,15 @@ int main(int argc, char** argv) {
     opt.seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   std::fprintf(stderr, "hfa-bench: seed %llu\n", static_cast<unsigned long long>(opt.seed));
 
-  const hfa::DType dtype = dtype_name == "fp16" ? hfa::DType::kFP16 : hfa::DType::kBF16;
+  const hfa::DType dtype = dtype_name == "fp16"   ? hfa::DType::kFP16
+                           : dtype_name == "e4m3" ? hfa::DType::kE4M3
+                                                  : hfa::DType::kBF16;
+  const bool dtype_given = app.count("--dtype") > 0 || std::getenv("DTYPE") != nullptr;
+  auto is_fp8_kernel = [&](const std::string& name) {
+    for (const hfa::KernelInfo& info : hfa::list_kernels())
+      if (info.name == name) return info.fp8;
+    return false;
+  };
   std::vector<hfa::check::Config> configs;
   if (sweep) {
     configs = hfa::bench::sweep_configs(dtype, sweep_dims);
@@ -121,6 +134,9 @@ int main(int argc, char** argv) {
   for (hfa::check::Config c : configs)
     for (const std::string& k : kernels) {
       c.kernel = k;
+      // An FP8 kernel gets e4m3 inputs unless --dtype says otherwise (then it refuses by name).
+      c.dtype = !dtype_given && !opt.backward && is_fp8_kernel(k) ? hfa::DType::kE4M3 : dtype;
+      c.fp8_out_dtype = out_dtype_name == "fp16" ? hfa::DType::kFP16 : hfa::DType::kBF16;
       hfa::bench::Row row = hfa::bench::run_config(c, opt, opt.seed + 7919 * n);
       ++n;
       if (row.check_pass && !*row.check_pass) ++failures;

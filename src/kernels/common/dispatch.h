@@ -31,9 +31,11 @@ cudaError_t dispatch_dtype_head_dim(const Problem& problem, DType dtype, int hea
   return err;
 }
 
+// T is the output's element type: the inputs' too, except for e4m3 inputs (k7), whose kernels
+// know their input type.
 template <class Launcher>
 cudaError_t dispatch_dtype_head_dim(const FwdProblem& p, cudaStream_t stream) {
-  return dispatch_dtype_head_dim<Launcher>(p, p.dtype, p.head_dim, stream);
+  return dispatch_dtype_head_dim<Launcher>(p, p.out_dtype, p.head_dim, stream);
 }
 
 // The registry entry of a kernel family. Family provides what differs between kernels:
@@ -42,8 +44,10 @@ cudaError_t dispatch_dtype_head_dim(const FwdProblem& p, cudaStream_t stream) {
 //   template <typename T, int D> static cudaError_t run(const FwdProblem&, cudaStream_t);
 // and the launch is the same for all: dispatch on (dtype, head_dim), report CUDA errors by name.
 template <class Family>
-KernelEntry make_entry(const char* description, const char* supports, int auto_priority) {
+KernelEntry make_entry(const char* description, const char* supports, int auto_priority,
+                       bool fp8 = false) {
   KernelEntry e;
+  e.fp8 = fp8;
   e.name = Family::kName;
   e.description = description;
   e.supports = supports;

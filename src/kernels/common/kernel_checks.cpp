@@ -48,7 +48,7 @@ Status check_16B_aligned(const char* kernel, const FwdProblem& p) {
   HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "q", p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, p.dtype));
   HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "k", p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, p.dtype));
   HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "v", p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, p.dtype));
-  HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "out", p.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride, p.dtype));
+  HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "out", p.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride, p.out_dtype));
   const int64_t elem = size_of(p.dtype);
   if ((p.head_dim * elem) % 16 != 0)
     return make_error(StatusCode::kUnsupported, "head_dim: %d is not a multiple of %lld for kernel \"%s\"",

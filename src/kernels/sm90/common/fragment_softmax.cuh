@@ -23,8 +23,13 @@ constexpr float kLn2 = 0.6931471805599453f;
 // (P <= 2^kLazyRescaleLog2, harmless for bf16/fp16 P and fp32 sums) and O keeps its scale. O and
 // the row sum always share the reference max, so the result is the same softmax; the O rescale
 // (one multiply per O element and tile) is skipped by every warp none of whose rows moved.
-template <int kRows, bool kFoldScale, bool kLazyRescale = false>
+// kPOffsetLog2 (K7): P = exp2(s - max + kPOffsetLog2), so P lies in [0, 2^kPOffsetLog2] instead
+// of [0, 1]; for e4m3 P (max 448, normals from 2^-6) 8 keeps every P <= 256 and moves the P that
+// would be subnormal or flushed to zero into the normal range. The row sum carries the same
+// factor, so O / sum and the LSE (finalize subtracts it) are unchanged.
+template <int kRows, bool kFoldScale, bool kLazyRescale = false, int kPOffsetLog2 = 0>
 struct OnlineSoftmax {
+  static_assert(!(kLazyRescale && kPOffsetLog2 > 0), "a lazy reference lets P exceed 2^offset");
   static constexpr float kLazyRescaleLog2 = 8.f;
   float row_max[kRows];  // running max of the scores as update_scores gets them (quad-uniform)
   float row_sum[kRows];  // running sum of exp2(s - max): this thread's columns only, until finalize
@@ -67,10 +72,11 @@ struct OnlineSoftmax {
         if (mx == row_max[r] && mx != -INFINITY) alpha[r] = 1.f;  // exactly: O keeps its scale
       }
       row_max[r] = mx;
+      const float m_p = m_safe - static_cast<float>(kPOffsetLog2);
       float sum = 0.f;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s); ++c) {
-        s(r, c) = exp2_approx(fmaf(s(r, c), factor, -m_safe));
+        s(r, c) = exp2_approx(fmaf(s(r, c), factor, -m_p));
         sum += s(r, c);
       }
       row_sum[r] = row_sum[r] * alpha[r] + sum;
@@ -95,6 +101,7 @@ struct OnlineSoftmax {
   template <class TS, class TP, class TO>
   __device__ __forceinline__ void update_speculative(const TS& s, TP& p, TO& o) {
     using namespace cute;
+    static_assert(kPOffsetLog2 == 0, "the sum test bounds P by 2^8 against the plain reference");
     constexpr float kSumLimit = 256.f;  // 2^kLazyRescaleLog2
     static_assert(kLazyRescaleLog2 == 8.f, "kSumLimit must be 2^kLazyRescaleLog2");
     float sum[kRows];
@@ -173,7 +180,8 @@ struct OnlineSoftmax {
     for (int r = 0; r < kRows; ++r) {
       const float l = quad_sum(row_sum[r]);
       inv[r] = l > 0.f ? 1.f / l : 0.f;
-      lse[r] = l > 0.f ? (row_max[r] * factor + log2f(l)) * kLn2 : -INFINITY;
+      lse[r] = l > 0.f ? (row_max[r] * factor + log2f(l) - static_cast<float>(kPOffsetLog2)) * kLn2
+                       : -INFINITY;
     }
   }
 };

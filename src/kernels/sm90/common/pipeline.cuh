@@ -36,9 +36,10 @@ struct TmaPipeline {
   };
 
   // One thread initializes; the caller then synchronizes the CTA before anyone uses the barriers.
-  __device__ static void init(SharedStorage& s, int consumer_arrivals) {
+  // producer_arrivals > 1: a ring filled by threads' stores instead of the TMA (producer_commit).
+  __device__ static void init(SharedStorage& s, int consumer_arrivals, int producer_arrivals = 1) {
     for (int i = 0; i < Stages; ++i) {
-      cutlass::arch::ClusterTransactionBarrier::init(&s.full[i], 1);
+      cutlass::arch::ClusterTransactionBarrier::init(&s.full[i], producer_arrivals);
       cutlass::arch::ClusterBarrier::init(&s.empty[i], consumer_arrivals);
     }
     cutlass::arch::fence_barrier_init();
@@ -57,6 +58,15 @@ struct TmaPipeline {
     cutlass::arch::ClusterBarrier::wait(&s.empty[st.index], st.phase);
     fill_stage();
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&s.full[st.index], tx_bytes);
+  }
+  // A ring filled by threads (k7's transposed V): each producer thread waits until the stage is
+  // empty, stores, and commits. Stores that an async-proxy reader (WGMMA) will see need
+  // fence_view_async_shared() before the commit.
+  __device__ static void producer_wait_empty(SharedStorage& s, const State& st) {
+    cutlass::arch::ClusterBarrier::wait(&s.empty[st.index], st.phase);
+  }
+  __device__ static void producer_commit(SharedStorage& s, const State& st) {
+    cutlass::arch::ClusterBarrier::arrive(&s.full[st.index]);
   }
   __device__ static uint64_t& full_barrier(SharedStorage& s, const State& st) {
     return s.full[st.index];

@@ -1,0 +1,310 @@
+// K7: the FP8 forward. Q, K, V in e4m3 with per-(batch, KV head) descales; O in bf16/fp16.
+//
+// K6's structure (a producer warpgroup, two consumer warpgroups with ping-pong and the
+// intra-warpgroup overlap, the persistent scheduler), with both GEMMs on e4m3 WGMMA (k = 32,
+// twice the bf16 rate). What FP8 changes (sm90/common/fp8_pv.cuh):
+//  1. V must be K-major for P V. The producer warpgroup's warps 1-3, idle in K6, transpose each
+//     V tile in shared memory (V ring -> Vt ring) while warp 0 issues the TMA loads. The V ring's
+//     consumers are those 96 threads; the Vt ring is filled by their stores and read by the
+//     consumer warpgroups: each KV tile passes three rings (K, V, Vt) that advance together.
+//  2. P leaves the softmax as e4m3 packed straight from the fp32 accumulator in register order;
+//     the keys are renamed to make that layout the A operand's (the transpose writes V's rows in
+//     the same renamed order), so no bytes move between threads.
+//  3. The softmax takes P = exp2(s - max + 8) (OnlineSoftmax's kPOffsetLog2): P <= 256 fits e4m3
+//     (max 448) and small P stay normal numbers instead of flushing to zero.
+//  4. The descales: q_descale * k_descale joins the softmax scale, v_descale the epilogue's 1/l.
+// O is stored from registers (no staging: at d = 256 the three rings leave no room).
+#pragma once
+
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include <cute/tensor.hpp>
+
+#include "common/problem.h"
+#include "kernels/k7/k7_launch.h"
+#include "kernels/sm90/common/attention_config.cuh"
+#include "kernels/sm90/common/attention_loads.cuh"
+#include "kernels/sm90/common/fp8_pv.cuh"
+#include "kernels/sm90/common/fragment_softmax.cuh"
+#include "kernels/sm90/common/mask.cuh"
+#include "kernels/sm90/common/tile_scheduler.cuh"
+#include "kernels/sm90/common/warpgroup_turns.cuh"
+#include "kernels/sm90/common/wgmma.cuh"
+
+namespace hfa::k7 {
+
+// A producer warpgroup (warp 0: TMA; warps 1-3: V transpose) and two consumer warpgroups.
+// Registers per thread after setmaxnreg: 128 x 40 + 256 x 232 = 64512 of the SM's 65536 (the
+// transpose needs more than K6's 24; the consumers' P is half K6's size).
+constexpr int kThreads = 384;
+constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+constexpr int kTransposeThreads = 96;
+constexpr long long kL2GroupBytes = 24LL << 20;  // as K6
+
+// The launch-facing tile configuration (what sm90::launch_attention reads) and the shared memory.
+template <typename T, int D>
+struct K7Config {
+  using E = cute::float_e4m3_t;
+  using Out = T;
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kBlockM = k7::kBlockM, kBlockN = block_n(D), kStages = stages(D);
+  static constexpr int kHeadDim = D;
+  static constexpr bool kStageO = false;
+  static constexpr int kConsumerThreads = 256;
+  using QLayout = sm90::TileLayout<E, kBlockM, D>;
+  using KVLayout = sm90::TileLayout<E, kBlockN, D>;
+  using VtLayout = sm90::TileLayout<E, D, kBlockN>;  // (head_dim, keys), keys contiguous
+  using WarpgroupsAlongM = cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>;
+  using MmaQK = decltype(cute::make_tiled_mma(typename sm90::QkAtom<E, kBlockN, D>::type{},
+                                              WarpgroupsAlongM{}));
+  using MmaPV = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<D>, cute::Int<kBlockN>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::K>(),
+      WarpgroupsAlongM{}));
+  using Pipeline = sm90::TmaPipeline<kStages>;  // K (TMA), V (TMA), Vt (transposers' stores)
+  using QPipeline = sm90::TmaPipeline<1>;
+  static constexpr int kQElems = kBlockM * D, kKVElems = kBlockN * D;
+
+  struct SharedStorage {
+    alignas(1024) E q[kQElems];
+    alignas(1024) E k[kStages][kKVElems];
+    alignas(1024) E v[kStages][kKVElems];
+    alignas(1024) E vt[kStages][kKVElems];
+    typename Pipeline::SharedStorage pipeline_k, pipeline_v, pipeline_vt;
+    typename QPipeline::SharedStorage q_pipeline;
+    int q_tile_coord[3];  // (m_block, head, batch) of the tile in q, published with it
+  };
+  static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
+
+  struct Params {
+    FwdProblem problem;
+    sm90::TileTma<E, kBlockM, D> tma_q;
+    sm90::TileTma<E, kBlockN, D> tma_k, tma_v;
+    int tile_group;
+  };
+};
+
+// One consumer warpgroup's work on one Q tile (its 64 rows), as K6's consume_tile with the
+// intra-warpgroup overlap: S_j = Q K_j^T and O += P_{j-1} V_{j-1} in flight together.
+template <class Config, bool kPingPong>
+__device__ __forceinline__ void consume_tile(const typename Config::Params& params,
+                                             typename Config::SharedStorage& ss,
+                                             typename Config::Pipeline::State& kv,
+                                             typename Config::QPipeline::State& q,
+                                             const sm90::WarpgroupTurns<kPingPong>& turns,
+                                             int mma_thread) {
+  using namespace cute;
+  constexpr int D = Config::kHeadDim;
+  using Pipeline = typename Config::Pipeline;
+  using QPipeline = typename Config::QPipeline;
+  using E = typename Config::E;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+  const FwdProblem& p = params.problem;
+  QPipeline::consumer_wait(ss.q_pipeline, q);
+  const sm90::BlockCoord bc{ss.q_tile_coord[0], ss.q_tile_coord[1], ss.q_tile_coord[2]};
+  const int q0 = bc.m_block * kBlockM;
+  const sm90::KvRange range = sm90::AttentionMask::range(p, q0, kBlockM, kBlockN);
+  const sm90::AttentionMask mask(p);
+  const int hk = bc.head / p.group_size();
+  const float qk_descale = p.q_descale.at(bc.batch, hk) * p.k_descale.at(bc.batch, hk);
+  const float scale_log2 = p.softmax_scale * qk_descale * sm90::kLog2e;
+
+  typename Config::MmaQK mma_qk;
+  typename Config::MmaPV mma_pv;
+  auto thr_qk = mma_qk.get_thread_slice(mma_thread);
+  auto thr_pv = mma_pv.get_thread_slice(mma_thread);
+  Tensor tSrQ = thr_qk.partition_fragment_A(make_tensor(make_smem_ptr(ss.q), typename Config::QLayout{}));
+  Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
+  Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<D>>{});
+  Tensor tOrP = sm90::make_fp8_a_operand_for<E>(tSrS);
+  Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  Tensor s_rc = sm90::as_rowcol(tSrS);
+  Tensor c_rc = sm90::as_rowcol(tScS);
+  Tensor o_rc = sm90::as_rowcol(tOrO);
+  constexpr int kRows = decltype(size<0>(o_rc))::value;
+  constexpr bool kFoldScale = true;
+  sm90::OnlineSoftmax<kRows, kFoldScale, /*kLazyRescale=*/false, /*kPOffsetLog2=*/8> softmax(scale_log2);
+  float alpha[kRows];
+  clear(tOrO);
+
+  auto issue_qk = [&](const typename Pipeline::State& st) {
+    Tensor tSrK = thr_qk.partition_fragment_B(
+        make_tensor(make_smem_ptr(ss.k[st.index]), typename Config::KVLayout{}));
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_qk, tSrQ, tSrK, tSrS);
+  };
+  auto issue_pv = [&](const typename Pipeline::State& st) {
+    Tensor tOrV = thr_pv.partition_fragment_B(
+        make_tensor(make_smem_ptr(ss.vt[st.index]), typename Config::VtLayout{}));
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_pv, tOrP, tOrV, tOrO);
+  };
+  // S of `tile` (K stage `st`) has landed: release K_j (and Q after the last), mask, softmax.
+  auto softmax_of = [&](int tile, const typename Pipeline::State& st) {
+    Pipeline::consumer_release(ss.pipeline_k, st);
+    if (tile == range.n_tiles - 1) QPipeline::consumer_release(ss.q_pipeline, q);
+    sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, tile >= range.n_unmasked, q0,
+                                     tile * kBlockN, scale_log2);
+    softmax.update_scores(s_rc, alpha);
+  };
+
+  if (range.n_tiles == 0) QPipeline::consumer_release(ss.q_pipeline, q);  // sees no key: O = 0
+  typename Pipeline::State prev = kv;  // the stage whose P V is pending
+  if (range.n_tiles > 0) {             // tile 0: S_0 alone (O is zero: no rescale)
+    Pipeline::consumer_wait(ss.pipeline_k, kv);
+    turns.begin();
+    issue_qk(kv);
+    turns.end();
+    warpgroup_wait<0>();
+    sm90::fence_after_wait(tSrS);
+    softmax_of(0, kv);
+    sm90::convert_to_fp8_a_operand(tSrS, tOrP);
+    prev = kv;
+    kv.advance();
+  }
+  for (int tile = 1; tile < range.n_tiles; ++tile) {
+    Pipeline::consumer_wait(ss.pipeline_k, kv);
+    turns.begin();
+    issue_qk(kv);
+    Pipeline::consumer_wait(ss.pipeline_vt, prev);
+    issue_pv(prev);
+    turns.end();
+    warpgroup_wait<1>();
+    sm90::fence_after_wait(tSrS);
+    softmax_of(tile, kv);
+    warpgroup_wait<0>();
+    sm90::fence_after_wait(tOrO, tOrP);
+    Pipeline::consumer_release(ss.pipeline_vt, prev);
+    softmax.rescale(o_rc, alpha);
+    sm90::convert_to_fp8_a_operand(tSrS, tOrP);
+    prev = kv;
+    kv.advance();
+  }
+  if (range.n_tiles > 0) {  // the last tile's P V
+    Pipeline::consumer_wait(ss.pipeline_vt, prev);
+    turns.begin();
+    issue_pv(prev);
+    turns.end();
+    warpgroup_wait<0>();
+    sm90::fence_after_wait(tOrO, tOrP);
+    Pipeline::consumer_release(ss.pipeline_vt, prev);
+  }
+
+  float lse[kRows], inv[kRows];
+  softmax.finalize(inv, lse);
+  const float v_descale = p.v_descale.at(bc.batch, hk);
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) inv[r] *= v_descale;
+  Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<D>>{}));
+  sm90::store_output<typename Config::Out>(p, o_rc, inv, sm90::as_rowcol(tOcO), lse, bc.batch,
+                                           bc.head, q0);
+}
+
+// The producer's tile walk, shared by the TMA thread and the transposers: for every tile of this
+// CTA, its coordinates and KV tile count.
+template <class Config, class Fn>
+__device__ __forceinline__ void for_each_tile(const FwdProblem& p,
+                                              const sm90::PersistentTileScheduler& scheduler,
+                                              const Fn& fn) {
+  for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
+    const int idx = scheduler.tile_index(round, blockIdx.x, gridDim.x);
+    if (idx >= scheduler.tiles()) continue;
+    const sm90::BlockCoord bc = scheduler.block_coord(idx);
+    fn(bc, sm90::AttentionMask::range(p, bc.m_block * Config::kBlockM, Config::kBlockM,
+                                      Config::kBlockN).n_tiles);
+  }
+}
+
+template <class Config>
+__global__ void __launch_bounds__(kThreads, 1)
+    k7_forward_kernel(const __grid_constant__ typename Config::Params params) {
+  constexpr int D = Config::kHeadDim;
+  using Pipeline = typename Config::Pipeline;
+  using QPipeline = typename Config::QPipeline;
+  constexpr bool kPingPong = ping_pong(D);
+  auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
+  const FwdProblem& p = params.problem;
+  const sm90::PersistentTileScheduler scheduler(p, Config::kBlockM, params.tile_group);
+  if (threadIdx.x == 0) {
+    Pipeline::init(ss.pipeline_k, Config::kConsumerThreads);
+    Pipeline::init(ss.pipeline_v, kTransposeThreads);
+    Pipeline::init(ss.pipeline_vt, Config::kConsumerThreads, /*producer_arrivals=*/kTransposeThreads);
+    QPipeline::init(ss.q_pipeline, Config::kConsumerThreads);
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+    if (threadIdx.x < 32) {  // warp 0: one thread streams Q, K and V for every tile of this CTA
+      if (threadIdx.x != 0) return;
+      typename Pipeline::State kv = Pipeline::producer_start();
+      typename QPipeline::State q = QPipeline::producer_start();
+      for_each_tile<Config>(p, scheduler, [&](const sm90::BlockCoord& bc, int n_tiles) {
+        sm90::load_q_stage<QPipeline, Config::kBlockM, D, typename Config::QLayout>(
+            ss.q_pipeline, q, params.tma_q, ss.q, p, bc.head, bc.batch, bc.m_block, [&] {
+              ss.q_tile_coord[0] = bc.m_block;
+              ss.q_tile_coord[1] = bc.head;
+              ss.q_tile_coord[2] = bc.batch;
+            });
+        const int hk = bc.head / p.group_size();
+        for (int tile = 0; tile < n_tiles; ++tile) {
+          sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
+              ss.pipeline_k, kv, params.tma_k, ss.k[0], p, hk, bc.batch, tile);
+          sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
+              ss.pipeline_v, kv, params.tma_v, ss.v[0], p, hk, bc.batch, tile);
+          kv.advance();
+        }
+      });
+    } else {  // warps 1-3: V ring -> Vt ring, tile by tile
+      const int thread = threadIdx.x - 32;
+      typename Pipeline::State in = Pipeline::consumer_start();
+      typename Pipeline::State out = Pipeline::producer_start();
+      for_each_tile<Config>(p, scheduler, [&](const sm90::BlockCoord&, int n_tiles) {
+        for (int tile = 0; tile < n_tiles; ++tile) {
+          Pipeline::consumer_wait(ss.pipeline_v, in);
+          Pipeline::producer_wait_empty(ss.pipeline_vt, out);
+          sm90::transpose_v_tile<Config::kBlockN, D>(
+              reinterpret_cast<const uint8_t*>(ss.v[in.index]),
+              reinterpret_cast<uint8_t*>(ss.vt[out.index]), thread, kTransposeThreads);
+          cutlass::arch::fence_view_async_shared();  // the stores, visible to WGMMA's reads
+          Pipeline::producer_commit(ss.pipeline_vt, out);
+          Pipeline::consumer_release(ss.pipeline_v, in);
+          in.advance();
+          out.advance();
+        }
+      });
+    }
+  } else {  // consumers
+    cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+    const int mma_thread = threadIdx.x - 128;
+    const sm90::WarpgroupTurns<kPingPong> turns(mma_thread / 128);
+    typename Pipeline::State kv = Pipeline::consumer_start();
+    typename QPipeline::State q = QPipeline::consumer_start();
+    turns.start();
+    for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
+      if (scheduler.tile_index(round, blockIdx.x, gridDim.x) >= scheduler.tiles()) continue;
+      consume_tile<Config, kPingPong>(params, ss, kv, q, turns, mma_thread);
+      q.advance();
+    }
+    turns.finish();
+  }
+}
+
+template <typename T, int D>
+cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
+  using Config = K7Config<T, D>;
+  static_assert(Config::kSmemBytes <= smem_bytes(D), "k7_launch.h's smem_bytes() must bound the kernel's");
+  int device = 0, sm_count = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+  typename Config::Params params{};
+  params.problem = p;
+  const int grid = sm90::PersistentTileScheduler::grid_size(p, Config::kBlockM, sm_count);
+  params.tile_group = sm90::PersistentTileScheduler::group_size(p, Config::kBlockM, 1,
+                                                                kL2GroupBytes, grid);
+  return sm90::launch_attention<Config>(k7_forward_kernel<Config>, dim3(grid), kThreads, params,
+                                        stream);
+}
+
+}  // namespace hfa::k7

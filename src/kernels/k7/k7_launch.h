@@ -1,0 +1,34 @@
+// K7's host interface and tile configuration (no CuTe).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "common/problem.h"
+
+namespace hfa::k7 {
+
+// K6's structure with e4m3 operands: 128-row Q tiles (two consumer warpgroups), 128-key K/V
+// tiles (K = 128 for P V is four e4m3 k-steps of 32). Each KV tile lives in shared memory three
+// times: K, V as loaded, and V transposed (fp8_pv.cuh). Stages: 4 at d = 64, 2 at d >= 128
+// (d = 256: 32 KB Q + 2 x 96 KB = 224 KB of the 227 KB; O is stored from registers).
+constexpr int kBlockM = 128;
+constexpr int block_n(int) { return 128; }
+constexpr int stages(int head_dim) { return head_dim <= 64 ? 4 : 2; }
+// Ping-pong of the consumer warpgroups at d >= 128, as K6 (k6_launch.h: ping_pong).
+constexpr bool ping_pong(int head_dim) { return head_dim >= 128; }
+
+constexpr size_t smem_bytes(int head_dim) {
+  const size_t q = size_t{kBlockM} * head_dim;
+  const size_t kv = static_cast<size_t>(block_n(head_dim)) * head_dim;
+  return q + 3 * stages(head_dim) * kv + 1024 + 1024;  // barriers, alignment slack
+}
+static_assert(smem_bytes(64) <= 232448 && smem_bytes(128) <= 232448 && smem_bytes(256) <= 232448,
+              "a k7 tile shape exceeds 227 KB of shared memory");
+
+// T: the output's element type (bf16 or fp16); the inputs are e4m3.
+template <typename T, int D>
+cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream);  // k7_hdim<D>.cu
+
+}  // namespace hfa::k7

@@ -1,0 +1,107 @@
+// The second GEMM of FP8 attention, O += P V with e4m3 P and V (K7), and what it needs that the
+// bf16 kernels do not:
+//
+//  - FP8 WGMMA reads both operands K-major. For P V the K dimension is the keys, but V arrives as
+//    (keys, head_dim) rows with head_dim contiguous: it must be transposed in shared memory
+//    (transpose_v_tile, run by the producer warpgroup's otherwise idle warps).
+//  - The register A operand of an e4m3 WGMMA (k = 32) gives a thread 4 consecutive keys per row
+//    and 16-key half (PTX: keys 4q .. 4q + 3 and 16 + 4q .., q = lane % 4), while S's fp32
+//    accumulator gives it pairs (keys 2q, 2q + 1, 8 + 2q, 9 + 2q of every 16). Rather than
+//    exchanging bytes across the quad, the keys are renamed: P V sums over keys, so any order
+//    works if P's columns and V's rows are permuted alike. convert_to_fp8_a_operand packs a
+//    thread's own accumulator values in register order, and transpose_v_tile writes key
+//    [2q, 2q + 1, 2q + 8, 2q + 9][i] of each 16 to column 4q + i of the transposed tile. The
+//    permutation costs nothing: the transpose writes every column anyway.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <cute/tensor.hpp>
+
+#include "kernels/sm90/common/tma.cuh"
+
+namespace hfa::sm90 {
+
+// The (uninitialized) register A operand of an e4m3 P V GEMM for P from the accumulator `acc`
+// of S = Q K^T ((2,2,N/8),1,1) fp32: ((4,2,2),1,N/32), 16 bytes per 32 keys, in PTX register
+// order (4 keys, row r / r + 8, 16-key half).
+template <typename Element, class AccTensor>
+__device__ __forceinline__ auto make_fp8_a_operand_for(const AccTensor&) {
+  using namespace cute;
+  constexpr int kN8 = size<0, 2>(typename AccTensor::layout_type{});
+  static_assert(size<1>(typename AccTensor::layout_type{}) == 1 &&
+                    size<2>(typename AccTensor::layout_type{}) == 1 && kN8 % 4 == 0,
+                "one 64-row WGMMA accumulator with a multiple of 32 keys expected");
+  using ALayout = Layout<Shape<Shape<_4, _2, _2>, _1, Int<kN8 / 4>>, Stride<Stride<_1, _4, _8>, _0, _16>>;
+  return cute::make_tensor<Element>(ALayout{});
+}
+
+// Four fp32 values to four e4m3 bytes (saturating: P <= 2^8 never needs it, but inf must not
+// become NaN), a first.
+__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
+}
+
+// P (S's accumulator after the softmax) into the e4m3 A operand, keys renamed as the header
+// says. Per 32 keys the accumulator holds (key pair, row r / r + 8, 8-key group) = 16 values;
+// register j of the operand takes rows r (j even) or r + 8 (j odd) of groups 0-1 (j < 2) or 2-3.
+template <class AccTensor, class ATensor>
+__device__ __forceinline__ void convert_to_fp8_a_operand(const AccTensor& acc, ATensor& a) {
+  using namespace cute;
+  static_assert(sizeof(typename ATensor::value_type) == 1, "an e4m3 operand expected");
+  uint32_t* regs = reinterpret_cast<uint32_t*>(raw_pointer_cast(a.data()));
+  CUTE_UNROLL
+  for (int kb = 0; kb < size(acc) / 16; ++kb) {
+    const int i = 16 * kb;
+    regs[4 * kb + 0] = pack_e4m3x4(acc(i + 0), acc(i + 1), acc(i + 4), acc(i + 5));
+    regs[4 * kb + 1] = pack_e4m3x4(acc(i + 2), acc(i + 3), acc(i + 6), acc(i + 7));
+    regs[4 * kb + 2] = pack_e4m3x4(acc(i + 8), acc(i + 9), acc(i + 12), acc(i + 13));
+    regs[4 * kb + 3] = pack_e4m3x4(acc(i + 10), acc(i + 11), acc(i + 14), acc(i + 15));
+  }
+}
+
+// The column of the transposed tile that holds key `key` (within its tile): the renaming above.
+__host__ __device__ constexpr int permuted_key_column(int key) {
+  const int in16 = key % 16, q = (in16 % 8) / 2, half = in16 / 8, odd = in16 % 2;
+  return key - in16 + 4 * q + 2 * half + odd;
+}
+
+// One (BlockN keys x D) e4m3 V tile, as the TMA wrote it (TileLayout<.., BlockN, D>), into the
+// (D x BlockN) K-major tile (TileLayout<.., D, BlockN>) that P V reads as its B operand, keys
+// renamed (permuted_key_column). `thread` of `threads` (a multiple of 32) share the work. Each
+// takes 4 keys (2q, 2q + 1, 2q + 8, 2q + 9 of a 16-key group) x 4 columns: four 4-byte loads,
+// a 4 x 4 byte transpose (8 PRMT), four 4-byte stores to 4 consecutive permuted columns. A
+// warp's lanes span 4 words x 4 q x 2 groups, which keeps both its loads and its stores within
+// 2 ways of bank conflict for either swizzle.
+template <int BlockN, int D>
+__device__ __forceinline__ void transpose_v_tile(const uint8_t* v, uint8_t* vt, int thread,
+                                                 int threads) {
+  static_assert(BlockN % 32 == 0 && D % 16 == 0, "whole 32-key groups and 16-column groups");
+  using Src = KMajorBytes<BlockN, D>;
+  using Dst = KMajorBytes<D, BlockN>;
+  constexpr int kWordsPerRow = D / 4, kUnits = (BlockN / 16) * 4 * kWordsPerRow;
+  for (int u = thread; u < kUnits; u += threads) {
+    const int rest = u >> 5;
+    const int word = (u & 3) + 4 * (rest % (kWordsPerRow / 4));
+    const int q = (u >> 2) & 3;
+    const int group = ((u >> 4) & 1) + 2 * (rest / (kWordsPerRow / 4));
+    const int key = 16 * group + 2 * q, col = 4 * word;
+    const uint32_t w0 = *reinterpret_cast<const uint32_t*>(v + Src::offset(key, col));
+    const uint32_t w1 = *reinterpret_cast<const uint32_t*>(v + Src::offset(key + 1, col));
+    const uint32_t w2 = *reinterpret_cast<const uint32_t*>(v + Src::offset(key + 8, col));
+    const uint32_t w3 = *reinterpret_cast<const uint32_t*>(v + Src::offset(key + 9, col));
+    // Byte j of each word (column col + j) gathered into word j: (w0.j, w1.j, w2.j, w3.j).
+    const uint32_t lo01 = __byte_perm(w0, w1, 0x5140), hi01 = __byte_perm(w0, w1, 0x7362);
+    const uint32_t lo23 = __byte_perm(w2, w3, 0x5140), hi23 = __byte_perm(w2, w3, 0x7362);
+    const uint32_t out[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
+                             __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+    const int vt_col = 16 * group + 4 * q;  // permuted_key_column(key) .. + 3
+    CUTE_UNROLL
+    for (int j = 0; j < 4; ++j)
+      *reinterpret_cast<uint32_t*>(vt + Dst::offset(col + j, vt_col)) = out[j];
+  }
+}
+
+}  // namespace hfa::sm90
