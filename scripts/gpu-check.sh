@@ -5,7 +5,9 @@
 #   3. the seeds' sweep with --check for each kernel in $SWEEP_KERNELS, JSON under $OUT
 #   4. the torch binding: pip install (one command), its pytest suite
 #   5. python/bench_peers.py: $PEER_KERNELS next to cuDNN, torch's FA2 and the cuBLAS GEMM
-#      (step "peers"), and the backward of $PEER_BWD_KERNELS next to theirs (step "peers-bwd")
+#      (step "peers"), and the backward of $PEER_BWD_KERNELS next to theirs (step "peers-bwd");
+#      python/bench_fp8_peers.py: FlashAttention-3's FP8 forward and the FP8 GEMM next to the k7
+#      sweep (step "peers-fp8")
 # Logs go to $OUT (default ./gpu-check-out) as few files (the device tool returns at most 8):
 # summary.txt, steps.log, tables.txt, sweep-<kernel>.json, peers.json, peers.png, peers-bwd.json.
 # Builds first unless $HFA_BUILD_DIR already holds working binaries (carried builds).
@@ -72,7 +74,7 @@ fi
 if [[ " $steps " == *" sanitize "* ]]; then
   # Small shapes that still cover ragged tiles, seqlen_q != seqlen_k, GQA and causal.
   for tool in memcheck racecheck synccheck; do
-    for kernel in ${SANITIZE_KERNELS:-k1 k2 fa2 k3_1 k3_2 k3_3 k4_qk k4 k5 k6 k6_no_pingpong k6_no_overlap}; do
+    for kernel in ${SANITIZE_KERNELS:-k1 k2 fa2 k3_1 k3_2 k3_3 k4_qk k4 k5 k6 k6_no_pingpong k6_no_overlap k7}; do
       passes=("")
       [[ " ${BWD_KERNELS:-fa2} " == *" $kernel "* ]] && passes+=("--bwd")
       for d in 64 256; do
@@ -85,9 +87,9 @@ if [[ " $steps " == *" sanitize "* ]]; then
             --heads-kv 2 --causal --check --iters 1 --warmup 0
         done
       done
-      # Persistent kernels: more tiles than SMs, so each CTA reuses its Q buffer and K/V ring
+      # Persistent kernels (k6, k7): more tiles than SMs, so each CTA reuses its Q buffer and K/V ring
       # across tiles of different lengths (5 x 80 = 400 tiles).
-      if [[ $kernel == k6* ]]; then
+      if [[ $kernel == k6* || $kernel == k7 ]]; then
         step "sanitize-$tool-$kernel-many-tiles" compute-sanitizer --tool "$tool" --error-exitcode 3 \
           "$bench" "$kernel" --seqlen 600 --seqlen-k 700 --headdim 128 --batch 2 --heads 40 \
           --heads-kv 8 --causal --check --check-rows 256 --iters 1 --warmup 0
@@ -137,6 +139,19 @@ if [[ " $steps " == *" peers "* ]]; then
   step peers bash -c "set -o pipefail; cd /tmp && PYTHONUNBUFFERED=1 python3 '$root/python/bench_peers.py' \
     --kernels '${PEER_KERNELS:-k2,k1}' ${PEER_ARGS:-} --json '$out/peers.json' \
     --plot '$out/peers.png' | tee -a '$out/tables.txt'"
+fi
+
+if [[ " $steps " == *" peers-fp8 "* ]]; then
+  # FlashAttention-3's FP8 forward and the FP8 GEMM next to the k7 sweep of this call (step
+  # "sweep" with k7 in SWEEP_KERNELS first). The fa3_fwd wheel travels in .whl/ (README).
+  if ls "$root"/.whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/hfa-peers "$root"/.whl/*.whl \
+      && export PYTHONPATH=/tmp/hfa-peers:${PYTHONPATH:-}
+  fi
+  merge=""
+  [ -f "$out/sweep-k7.json" ] && merge="--merge $out/sweep-k7.json"
+  step peers-fp8 bash -c "set -o pipefail; cd '$root/python' && PYTHONUNBUFFERED=1 python3 bench_fp8_peers.py \
+    $merge --json '$out/peers-fp8.json' | tee -a '$out/tables.txt'"
 fi
 
 if [[ " $steps " == *" peers-bwd "* ]]; then

@@ -56,6 +56,8 @@ TEST(Sm90Layouts, KMajorBytesMatchesCuteForE4m3) {
   expect_same_byte_addresses<128, 256>();
   expect_same_byte_addresses<64, 128>();
   expect_same_byte_addresses<256, 128>();
+  expect_same_byte_addresses<256, 64>();  // d = 256's transposed 64-key V tile
+  expect_same_byte_addresses<64, 256>();
 }
 
 // The key renaming of the FP8 P V (fp8_pv.cuh): a permutation of each 16 keys, and the one that

@@ -22,20 +22,36 @@ def _check_rank(q: torch.Tensor) -> None:
         raise ValueError(f"q: expected rank 4 (batch, seqlen, heads, head_dim), got rank {q.dim()}")
 
 
+def _out_dtype(q: torch.Tensor, out_dtype: Optional[torch.dtype]) -> torch.dtype:
+    """out has q's dtype, except for float8_e4m3fn inputs: bfloat16 unless out_dtype says float16."""
+    if q.dtype != torch.float8_e4m3fn:
+        if out_dtype is not None and out_dtype != q.dtype:
+            raise ValueError(f"out_dtype: {out_dtype} differs from q's {q.dtype}; only float8 "
+                             "inputs choose their output dtype")
+        return q.dtype
+    if out_dtype not in (None, torch.bfloat16, torch.float16):
+        raise ValueError(f"out_dtype: {out_dtype}; with float8_e4m3fn inputs out is bfloat16 or float16")
+    return out_dtype or torch.bfloat16
+
+
 @torch.library.custom_op("hfa::attention_fwd", mutates_args=())
 def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                   softmax_scale: Optional[float], kernel: str) -> Tuple[torch.Tensor, torch.Tensor]:
+                   softmax_scale: Optional[float], kernel: str,
+                   q_descale: Optional[torch.Tensor] = None, k_descale: Optional[torch.Tensor] = None,
+                   v_descale: Optional[torch.Tensor] = None,
+                   out_dtype: Optional[torch.dtype] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     _check_rank(q)
-    out = torch.empty_like(q)
+    out = torch.empty(q.shape, dtype=_out_dtype(q, out_dtype), device=q.device)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-    _C.forward(q, k, v, out, lse, causal, softmax_scale, kernel)
+    _C.forward(q, k, v, out, lse, causal, softmax_scale, kernel, q_descale, k_descale, v_descale)
     return out, lse
 
 
 @_attention_fwd.register_fake
-def _(q, k, v, causal, softmax_scale, kernel):
+def _(q, k, v, causal, softmax_scale, kernel, q_descale=None, k_descale=None, v_descale=None,
+      out_dtype=None):
     _check_rank(q)
-    out = torch.empty_like(q)
+    out = q.new_empty(q.shape, dtype=_out_dtype(q, out_dtype))
     lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
     return out, lse
 
@@ -57,7 +73,7 @@ def _(q, k, v, out, dout, lse, causal, softmax_scale):
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, softmax_scale, _kernel = inputs
+    q, k, v, causal, softmax_scale = inputs[:5]
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.causal, ctx.softmax_scale = causal, softmax_scale
@@ -70,9 +86,9 @@ def _backward(ctx, dout, dlse):
                                   "supported; use lse only outside the differentiated graph")
     q, k, v, out, lse = ctx.saved_tensors
     if dout is None:
-        return None, None, None, None, None, None
+        return (None,) * 10
     dq, dk, dv = torch.ops.hfa.attention_bwd(q, k, v, out, dout, lse, ctx.causal, ctx.softmax_scale)
-    return dq, dk, dv, None, None, None
+    return (dq, dk, dv) + (None,) * 7
 
 
 _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -80,19 +96,27 @@ _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               softmax_scale: Optional[float] = None, kernel: str = "auto",
-              return_lse: bool = False):
+              return_lse: bool = False, q_descale: Optional[torch.Tensor] = None,
+              k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None,
+              out_dtype: Optional[torch.dtype] = None):
     """softmax(softmax_scale * q k^T [+ causal mask]) v.
 
-    q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim); bf16 or
-    fp16 CUDA tensors on one device, head_dim contiguous. heads_q must be a multiple of heads_kv
+    q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim); bf16,
+    fp16 (or float8_e4m3fn: below) CUDA tensors on one device, head_dim contiguous. heads_q must be a multiple of heads_kv
     (GQA/MQA). causal is aligned bottom-right when seqlen_q != seqlen_k. softmax_scale defaults to
     1/sqrt(head_dim). kernel: a name from list_kernels(), or "auto" (the forward only; the
     backward always runs the library's "auto" backward kernel). With return_lse, also returns
     the fp32 log-sum-exp of each row, shape (batch, heads_q, seqlen_q) (not differentiable).
 
-    Differentiable with respect to q, k and v.
+    FP8: q, k, v as torch.float8_e4m3fn with q_descale, k_descale, v_descale, each fp32
+    (batch, heads_kv): the real q of query head h is q * q_descale[:, h // (heads_q // heads_kv)]
+    (FlashAttention-3's convention). out is bfloat16, or float16 with out_dtype=torch.float16.
+    Forward only (k7).
+
+    Differentiable with respect to q, k and v (bf16/fp16).
     """
-    out, lse = torch.ops.hfa.attention_fwd(q, k, v, causal, softmax_scale, kernel)
+    out, lse = torch.ops.hfa.attention_fwd(q, k, v, causal, softmax_scale, kernel, q_descale,
+                                           k_descale, v_descale, out_dtype)
     return (out, lse) if return_lse else out
 
 

@@ -20,9 +20,10 @@ hfa::DType to_hfa_dtype(const at::Tensor& t, const char* name) {
     case at::kBFloat16: return hfa::DType::kBF16;
     case at::kHalf: return hfa::DType::kFP16;
     case at::kFloat: return hfa::DType::kFP32;
+    case at::kFloat8_e4m3fn: return hfa::DType::kE4M3;
     default:
       throw std::invalid_argument(std::string(name) + ": dtype " + std::string(c10::toString(t.scalar_type())) +
-                                  " is not supported; use bfloat16 or float16");
+                                  " is not supported; use bfloat16, float16 or float8_e4m3fn");
   }
 }
 
@@ -72,15 +73,20 @@ void set_common_args(Args* args, const at::Tensor& q, const at::Tensor& k, const
   args->kernel = kernel;
 }
 
-// Writes out (and lse, if given) in place; the Python custom op allocates them.
+// Writes out (and lse, if given) in place; the Python custom op allocates them. The descales:
+// fp32 (batch, heads_kv), with float8_e4m3fn q/k/v only.
 void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
              std::optional<at::Tensor> lse, bool causal, std::optional<double> softmax_scale,
-             const std::string& kernel) {
+             const std::string& kernel, std::optional<at::Tensor> q_descale,
+             std::optional<at::Tensor> k_descale, std::optional<at::Tensor> v_descale) {
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
   hfa::ForwardArgs args;
   set_common_args(&args, q, k, v, out, causal, softmax_scale, kernel, device);
   if (lse) args.lse = to_view(*lse, "lse", device);
+  if (q_descale) args.q_descale = to_view(*q_descale, "q_descale", device);
+  if (k_descale) args.k_descale = to_view(*k_descale, "k_descale", device);
+  if (v_descale) args.v_descale = to_view(*v_descale, "v_descale", device);
   throw_if_error(hfa::forward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
 }
 
@@ -119,6 +125,7 @@ pybind11::list list_kernels() {
     d["name"] = k.name;
     d["description"] = k.description;
     d["supports"] = k.supports;
+    d["fp8"] = k.fp8;
     out.append(d);
   }
   return out;
