@@ -26,21 +26,37 @@ namespace {
 double output_atol(DType dtype) { return dtype == DType::kFP16 ? 1.0 / 4096 : 1.0 / 512; }
 constexpr double kLseAtol = 1e-4;  // LSE is fp32 in every kernel
 
+// e4m3 inputs: Hopper's FP8 tensor cores do not accumulate Q K^T in full fp32 (each k-step's
+// products are aligned to the largest and truncated: about 13-14 bits survive, as DeepSeek-V3
+// reports for FP8 GEMMs). The CPU yardstick's fp32 scores do not have that error, so a row's
+// allowance is what it can do to the result: every score of row i off by at most
+// delta_i = |scale| * max_j sum_c |q_ic k_jc| * kFp8AccumulationEps, which moves the LSE by at
+// most delta_i and O by at most 2 delta_i max_j |v_j| (dO = sum_j P_j dS_j (v_j - O)).
+// Measured on the H100 (k7, 2026-11-24): score errors up to 2^-12.1 of sum_c |q k| (scale 50,
+// d = 64) and 2^-15.5 at the default scale; 2^-11 covers the worst with a factor of 2.
+constexpr double kFp8AccumulationEps = 1.0 / 2048;
+
 struct RowError {  // per-thread accumulators
   double max_abs = 0, base_max_abs = 0, sq_err = 0, sq_ref = 0, lse_abs = 0, lse_base_abs = 0;
+  // The errors less each row's FP8 accumulation allowance (equal to the errors otherwise).
+  double excess = 0, lse_excess = 0, allowance = 0;
   int64_t masked_errors = 0;
 };
 
 }  // namespace
 
 std::string CheckResult::summary() const {
-  char buf[512];
+  char fp8_note[96] = "";
+  if (fp8_allowance > 0)
+    std::snprintf(fp8_note, sizeof(fp8_note), " (+ fp8 accumulation allowance <= %.2e per row)",
+                  fp8_allowance);
+  char buf[640];
   std::snprintf(buf, sizeof(buf),
                 "max_abs %.3e rel_rms %.3e (tol %.3e = 2 x baseline %.3e + atol) lse_err %.2e "
-                "(tol %.2e) rows %lld/%lld %s",
+                "(tol %.2e) rows %lld/%lld%s %s",
                 max_abs_err, rel_rms, tolerance, baseline_max_abs_err, lse_max_abs_err,
                 lse_tolerance, static_cast<long long>(rows_checked),
-                static_cast<long long>(rows_total), pass ? "PASS" : "FAIL");
+                static_cast<long long>(rows_total), fp8_note, pass ? "PASS" : "FAIL");
   return buf;
 }
 
@@ -147,10 +163,31 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
         reference::forward_row_lowp(shape, prec, q.data(), k.data(), v.data(), b, h, i, base.data(),
                                     &base_lse);
       bool masked_ok = true;
+      double allow_o = 0, allow_lse = 0;
+      if (fp8) {  // the row's FP8 accumulation allowance (kFp8AccumulationEps)
+        const int hk = h / (c.heads_q / c.heads_kv);
+        const double* qi = q.data() + shape.q_index(b, i, h);
+        double max_abs_dot = 0, vmax = 0;
+        for (int j = 0; j < c.seqlen_k; ++j) {
+          if (!shape.visible(i, j)) continue;
+          const double* kj = k.data() + shape.kv_index(b, j, hk);
+          const double* vj = v.data() + shape.kv_index(b, j, hk);
+          double abs_dot = 0;
+          for (int x = 0; x < c.head_dim; ++x) {
+            abs_dot += std::fabs(qi[x] * kj[x]);
+            vmax = std::max(vmax, std::fabs(vj[x]));
+          }
+          max_abs_dot = std::max(max_abs_dot, abs_dot);
+        }
+        allow_lse = std::fabs(shape.scale) * max_abs_dot * kFp8AccumulationEps;
+        allow_o = 2 * allow_lse * vmax;
+        e.allowance = std::max(e.allowance, allow_o);
+      }
       for (int d = 0; d < c.head_dim; ++d) {
         const double out = element_to_double(out_dtype, ho[offset4(ov, b, i, h, d)]);
         const double err = std::fabs(out - ref[d]);
         e.max_abs = std::isnan(err) ? INFINITY : std::max(e.max_abs, err);
+        e.excess = std::isnan(err) ? INFINITY : std::max(e.excess, err - allow_o);
         e.base_max_abs = std::max(e.base_max_abs, std::fabs(base[d] - ref[d]));
         e.sq_err += err * err;
         e.sq_ref += ref[d] * ref[d];
@@ -164,6 +201,7 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
         } else {
           const double err = std::fabs(got - ref_lse);
           e.lse_abs = std::isnan(err) ? INFINITY : std::max(e.lse_abs, err);
+          e.lse_excess = std::isnan(err) ? INFINITY : std::max(e.lse_excess, err - allow_lse);
           e.lse_base_abs = std::max(e.lse_base_abs, std::fabs(base_lse - ref_lse));
         }
       }
@@ -174,8 +212,11 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
   for (int t = 0; t < n_threads; ++t) pool.emplace_back(worker, t);
   for (auto& th : pool) th.join();
 
-  double sq_err = 0, sq_ref = 0;
+  double sq_err = 0, sq_ref = 0, excess = 0, lse_excess = 0;
   for (const RowError& e : errs) {
+    excess = std::max(excess, e.excess);
+    lse_excess = std::max(lse_excess, e.lse_excess);
+    result->fp8_allowance = std::max(result->fp8_allowance, e.allowance);
     result->max_abs_err = std::max(result->max_abs_err, e.max_abs);
     result->baseline_max_abs_err = std::max(result->baseline_max_abs_err, e.base_max_abs);
     result->lse_max_abs_err = std::max(result->lse_max_abs_err, e.lse_abs);
@@ -194,8 +235,8 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
     why += std::to_string(result->padding_clobbered) + " elements written outside the outputs; ";
   if (result->masked_row_errors)
     why += std::to_string(result->masked_row_errors) + " rows with no visible key not O=0/LSE=-inf; ";
-  if (!(result->max_abs_err <= result->tolerance)) why += "O error over tolerance; ";
-  if (!(result->lse_max_abs_err <= result->lse_tolerance)) why += "LSE error over tolerance; ";
+  if (!(excess <= result->tolerance)) why += "O error over tolerance; ";
+  if (!(lse_excess <= result->lse_tolerance)) why += "LSE error over tolerance; ";
   result->pass = why.empty();
   result->message = result->pass ? result->summary() : why + result->summary();
   return Status::Ok();

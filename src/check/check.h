@@ -6,7 +6,9 @@
 //   max|out - ref| <= 2 * max|base - ref| + atol(dtype)     (and the same for LSE)
 // over the checked rows; plus every output element written (outputs are poisoned with NaN before
 // the launch), nothing written outside the output's elements (padding stays poisoned), and rows
-// that see no key exactly O = 0, LSE = -inf.
+// that see no key exactly O = 0, LSE = -inf. For e4m3 inputs the baseline is the FP8 yardstick
+// (reference::forward_row_fp8_baseline), and each row's error may exceed the tolerance by what
+// the FP8 tensor cores' truncated accumulation of Q K^T can do to it (check.cpp).
 #pragma once
 
 #include <cstdint>
@@ -82,6 +84,9 @@ struct CheckResult {
   double baseline_max_abs_err = 0;         // low-precision baseline vs fp64 reference
   double tolerance = 0;                    // 2 * baseline + atol
   double lse_max_abs_err = 0, lse_tolerance = 0;
+  // e4m3 inputs: the largest per-row O allowance for the FP8 tensor cores' accumulation of
+  // Q K^T (check.cpp, kFp8AccumulationEps), granted on top of the tolerance; 0 otherwise.
+  double fp8_allowance = 0;
   int64_t rows_checked = 0, rows_total = 0;
   int64_t unwritten = 0;          // O/LSE elements still NaN (or NaN produced)
   int64_t padding_clobbered = 0;  // elements written outside the output tensors' elements

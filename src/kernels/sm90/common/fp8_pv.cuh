@@ -68,39 +68,67 @@ __host__ __device__ constexpr int permuted_key_column(int key) {
   return key - in16 + 4 * q + 2 * half + odd;
 }
 
+// The 4 x 4 byte transpose: word j of the result gathers byte j of a, b, c, d (8 PRMT for 4).
+__device__ __forceinline__ void transpose_4x4_bytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d,
+                                                    uint32_t (&out)[4]) {
+  const uint32_t lo_ab = __byte_perm(a, b, 0x5140), hi_ab = __byte_perm(a, b, 0x7362);
+  const uint32_t lo_cd = __byte_perm(c, d, 0x5140), hi_cd = __byte_perm(c, d, 0x7362);
+  out[0] = __byte_perm(lo_ab, lo_cd, 0x5410);
+  out[1] = __byte_perm(lo_ab, lo_cd, 0x7632);
+  out[2] = __byte_perm(hi_ab, hi_cd, 0x5410);
+  out[3] = __byte_perm(hi_ab, hi_cd, 0x7632);
+}
+
 // One (BlockN keys x D) e4m3 V tile, as the TMA wrote it (TileLayout<.., BlockN, D>), into the
 // (D x BlockN) K-major tile (TileLayout<.., D, BlockN>) that P V reads as its B operand, keys
-// renamed (permuted_key_column). `thread` of `threads` (a multiple of 32) share the work. Each
-// takes 4 keys (2q, 2q + 1, 2q + 8, 2q + 9 of a 16-key group) x 4 columns: four 4-byte loads,
-// a 4 x 4 byte transpose (8 PRMT), four 4-byte stores to 4 consecutive permuted columns. A
-// warp's lanes span 4 words x 4 q x 2 groups, which keeps both its loads and its stores within
-// 2 ways of bank conflict for either swizzle.
+// renamed (permuted_key_column). `thread` of `threads` (a multiple of 32) share the work in
+// units of 16 keys x 4 columns: sixteen 4-byte loads (a warp's lanes read consecutive words of
+// one row: no bank conflicts), 4 x 4 byte transposes, and four 16-byte stores, one per column:
+// its 16 keys in renamed order are one 16-byte chunk of a transposed row. The 8 lanes of a
+// quarter-warp (one store phase) write rows 4c + j of 8 consecutive c, whose swizzle would put
+// them in 2 bank groups (4-way conflicts); each lane pair therefore starts at another j
+// (rotation by (lane / 2) % 4), which puts the 8 rows of a phase in 8 different row % 8.
 template <int BlockN, int D>
 __device__ __forceinline__ void transpose_v_tile(const uint8_t* v, uint8_t* vt, int thread,
                                                  int threads) {
-  static_assert(BlockN % 32 == 0 && D % 16 == 0, "whole 32-key groups and 16-column groups");
+  static_assert(BlockN % 16 == 0 && D % 32 == 0, "whole 16-key groups; 8 words per store phase");
   using Src = KMajorBytes<BlockN, D>;
   using Dst = KMajorBytes<D, BlockN>;
-  constexpr int kWordsPerRow = D / 4, kUnits = (BlockN / 16) * 4 * kWordsPerRow;
+  constexpr int kWordsPerRow = D / 4, kUnits = (BlockN / 16) * kWordsPerRow;
+  const int rotation = (thread % 32 / 2) % 4;
   for (int u = thread; u < kUnits; u += threads) {
-    const int rest = u >> 5;
-    const int word = (u & 3) + 4 * (rest % (kWordsPerRow / 4));
-    const int q = (u >> 2) & 3;
-    const int group = ((u >> 4) & 1) + 2 * (rest / (kWordsPerRow / 4));
-    const int key = 16 * group + 2 * q, col = 4 * word;
-    const uint32_t w0 = *reinterpret_cast<const uint32_t*>(v + Src::offset(key, col));
-    const uint32_t w1 = *reinterpret_cast<const uint32_t*>(v + Src::offset(key + 1, col));
-    const uint32_t w2 = *reinterpret_cast<const uint32_t*>(v + Src::offset(key + 8, col));
-    const uint32_t w3 = *reinterpret_cast<const uint32_t*>(v + Src::offset(key + 9, col));
-    // Byte j of each word (column col + j) gathered into word j: (w0.j, w1.j, w2.j, w3.j).
-    const uint32_t lo01 = __byte_perm(w0, w1, 0x5140), hi01 = __byte_perm(w0, w1, 0x7362);
-    const uint32_t lo23 = __byte_perm(w2, w3, 0x5140), hi23 = __byte_perm(w2, w3, 0x7362);
-    const uint32_t out[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
-                             __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
-    const int vt_col = 16 * group + 4 * q;  // permuted_key_column(key) .. + 3
+    const int word = u % kWordsPerRow, group = u / kWordsPerRow;
+    const int col = 4 * word, key0 = 16 * group;
+    // rows[j][m]: row col + j of the transposed tile, word m = keys 2m, 2m + 1, 2m + 8, 2m + 9.
+    uint32_t rows[4][4];
     CUTE_UNROLL
-    for (int j = 0; j < 4; ++j)
-      *reinterpret_cast<uint32_t*>(vt + Dst::offset(col + j, vt_col)) = out[j];
+    for (int m = 0; m < 4; ++m) {
+      uint32_t w[4];
+      CUTE_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int key = key0 + 2 * m + (i % 2) + 8 * (i / 2);
+        w[i] = *reinterpret_cast<const uint32_t*>(v + Src::offset(key, col));
+      }
+      uint32_t t[4];
+      transpose_4x4_bytes(w[0], w[1], w[2], w[3], t);
+      CUTE_UNROLL
+      for (int j = 0; j < 4; ++j) rows[j][m] = t[j];
+    }
+    // Rotate by `rotation` with selects (no dynamic register index: no local memory).
+    uint4 out[4];
+    CUTE_UNROLL
+    for (int j = 0; j < 4; ++j) out[j] = make_uint4(rows[j][0], rows[j][1], rows[j][2], rows[j][3]);
+    if (rotation & 1) {
+      const uint4 first = out[0];
+      out[0] = out[1], out[1] = out[2], out[2] = out[3], out[3] = first;
+    }
+    if (rotation & 2) {
+      const uint4 a = out[0], b = out[1];
+      out[0] = out[2], out[1] = out[3], out[2] = a, out[3] = b;
+    }
+    CUTE_UNROLL
+    for (int t = 0; t < 4; ++t)
+      *reinterpret_cast<uint4*>(vt + Dst::offset(col + (t + rotation) % 4, key0)) = out[t];
   }
 }
 
