@@ -88,12 +88,28 @@ __device__ __forceinline__ void transpose_4x4_bytes(uint32_t a, uint32_t b, uint
 // quarter-warp (one store phase) write rows 4c + j of 8 consecutive c, whose swizzle would put
 // them in 2 bank groups (4-way conflicts); each lane pair therefore starts at another j
 // (rotation by (lane / 2) % 4), which puts the 8 rows of a phase in 8 different row % 8.
+// Shared-memory accesses by 32-bit shared addresses: the tiles' pointers come from the
+// dynamic shared memory through integer alignment arithmetic (aligned_shared_storage), after
+// which the compiler no longer knows they are shared and emits generic LD/ST.
+__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
+  uint32_t x;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(x) : "r"(addr));
+  return x;
+}
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, const uint4& x) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(x.x), "r"(x.y),
+               "r"(x.z), "r"(x.w)
+               : "memory");
+}
+
 template <int BlockN, int D>
-__device__ __forceinline__ void transpose_v_tile(const uint8_t* v, uint8_t* vt, int thread,
+__device__ __forceinline__ void transpose_v_tile(const uint8_t* v_ptr, uint8_t* vt_ptr, int thread,
                                                  int threads) {
   static_assert(BlockN % 16 == 0 && D % 32 == 0, "whole 16-key groups; 8 words per store phase");
   using Src = KMajorBytes<BlockN, D>;
   using Dst = KMajorBytes<D, BlockN>;
+  const uint32_t v = static_cast<uint32_t>(__cvta_generic_to_shared(v_ptr));
+  const uint32_t vt = static_cast<uint32_t>(__cvta_generic_to_shared(vt_ptr));
   constexpr int kWordsPerRow = D / 4, kUnits = (BlockN / 16) * kWordsPerRow;
   const int rotation = (thread % 32 / 2) % 4;
   for (int u = thread; u < kUnits; u += threads) {
@@ -107,7 +123,7 @@ __device__ __forceinline__ void transpose_v_tile(const uint8_t* v, uint8_t* vt, 
       CUTE_UNROLL
       for (int i = 0; i < 4; ++i) {
         const int key = key0 + 2 * m + (i % 2) + 8 * (i / 2);
-        w[i] = *reinterpret_cast<const uint32_t*>(v + Src::offset(key, col));
+        w[i] = ld_shared_u32(v + Src::offset(key, col));
       }
       uint32_t t[4];
       transpose_4x4_bytes(w[0], w[1], w[2], w[3], t);
@@ -128,7 +144,7 @@ __device__ __forceinline__ void transpose_v_tile(const uint8_t* v, uint8_t* vt, 
     }
     CUTE_UNROLL
     for (int t = 0; t < 4; ++t)
-      *reinterpret_cast<uint4*>(vt + Dst::offset(col + (t + rotation) % 4, key0)) = out[t];
+      st_shared_v4(vt + Dst::offset(col + (t + rotation) % 4, key0), out[t]);
   }
 }
 
