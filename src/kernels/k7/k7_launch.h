@@ -13,12 +13,13 @@ namespace hfa::k7 {
 // tiles at d <= 128 (K = 128 for P V is four e4m3 k-steps of 32) and 64-key tiles at d = 256:
 // with 128 keys, O (128 registers per thread), S (64) and P live at once made ptxas serialize the
 // WGMMAs (C7512) within 232 registers. Each KV tile lives in shared memory three times: K, V as
-// loaded, and V transposed (fp8_pv.cuh). Stages: 6 at d = 64 (152 KB), 4 at d = 128 (208 KB),
-// 4 at d = 256 (226 KB): the transpose sits between the V load and P V, so deeper rings give it
-// slack. O is stored from registers.
+// loaded, and V transposed (fp8_pv.cuh). Stages: 4 at d = 64 (104 KB), 2 at d = 128 (112 KB),
+// 3 at d = 256 (176 KB). Deeper rings (4 instead of 2 at d = 128) measured the same from s = 1024
+// and 4-5% slower at s = 512 (WORKLOG, K7): the transpose's throughput limits, not its latency.
+// O is stored from registers.
 constexpr int kBlockM = 128;
 constexpr int block_n(int head_dim) { return head_dim <= 128 ? 128 : 64; }
-constexpr int stages(int head_dim) { return head_dim <= 64 ? 6 : 4; }
+constexpr int stages(int head_dim) { return head_dim <= 64 ? 4 : head_dim <= 128 ? 2 : 3; }
 // Ping-pong of the consumer warpgroups at d >= 128, as K6 (k6_launch.h: ping_pong).
 constexpr bool ping_pong(int head_dim) { return head_dim >= 128; }
 
