@@ -312,7 +312,12 @@ def test_fp8_matches_dequantized_reference(case, out_dtype):
     finite = torch.isfinite(ref_lse)
     assert torch.equal(torch.isneginf(lse), ~finite)
     if finite.any():
-        assert (lse.double() - ref_lse)[finite].abs().max().item() < 1e-3
+        # Hopper's FP8 tensor cores truncate the accumulation of Q K^T (src/check/check.cpp,
+        # kFp8AccumulationEps): each row's LSE may be off by scale * max_j sum_c |q_c k_jc| / 2048.
+        abs_dot = torch.einsum("bihd,bjhd->bhij", qr.abs(), kr.abs().repeat_interleave(hq // hkv, dim=2))
+        allowance = scale * abs_dot.amax(dim=-1) / 2048
+        excess = ((lse.double() - ref_lse).abs() - allowance)[finite]
+        assert excess.max().item() < 1e-3, f"LSE off by {excess.max().item():.3e} beyond the allowance"
 
 
 def test_fp8_errors():
