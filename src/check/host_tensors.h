@@ -79,16 +79,11 @@ inline Status dequantize(std::vector<double>* values, const TensorView& t,
   return Status::Ok();
 }
 
-// Device tensor (any strides) -> contiguous doubles in (batch, seqlen, heads, head_dim) order.
+// The same from 2-byte elements as copy_to_host<uint16_t> gives them.
 inline std::vector<double> to_contiguous(const TensorView& t, const std::vector<uint16_t>& raw) {
-  std::vector<double> out(static_cast<size_t>(t.numel()));
-  size_t n = 0;
-  for (int64_t a = 0; a < t.shape[0]; ++a)
-    for (int64_t b = 0; b < t.shape[1]; ++b)
-      for (int64_t c = 0; c < t.shape[2]; ++c)
-        for (int64_t d = 0; d < t.shape[3]; ++d)
-          out[n++] = element_to_double(t.dtype, raw[offset4(t, a, b, c, d)]);
-  return out;
+  std::vector<uint8_t> bytes(raw.size() * 2);
+  if (!raw.empty()) std::memcpy(bytes.data(), raw.data(), bytes.size());
+  return to_contiguous(t, bytes);
 }
 
 }  // namespace hfa::check

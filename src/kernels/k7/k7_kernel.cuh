@@ -117,7 +117,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   Tensor tSrQ = thr_qk.partition_fragment_A(make_tensor(make_smem_ptr(ss.q), typename Config::QLayout{}));
   Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
   Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<D>>{});
-  Tensor tOrP = sm90::make_fp8_a_operand_for<E>(tSrS);
+  Tensor tOrP = sm90::make_a_operand_for<E>(tSrS);
   Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
   Tensor s_rc = sm90::as_rowcol(tSrS);
   Tensor c_rc = sm90::as_rowcol(tScS);

@@ -19,22 +19,9 @@
 #include <cute/tensor.hpp>
 
 #include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/common/wgmma.cuh"
 
 namespace hfa::sm90 {
-
-// The (uninitialized) register A operand of an e4m3 P V GEMM for P from the accumulator `acc`
-// of S = Q K^T ((2,2,N/8),1,1) fp32: ((4,2,2),1,N/32), 16 bytes per 32 keys, in PTX register
-// order (4 keys, row r / r + 8, 16-key half).
-template <typename Element, class AccTensor>
-__device__ __forceinline__ auto make_fp8_a_operand_for(const AccTensor&) {
-  using namespace cute;
-  constexpr int kN8 = size<0, 2>(typename AccTensor::layout_type{});
-  static_assert(size<1>(typename AccTensor::layout_type{}) == 1 &&
-                    size<2>(typename AccTensor::layout_type{}) == 1 && kN8 % 4 == 0,
-                "one 64-row WGMMA accumulator with a multiple of 32 keys expected");
-  using ALayout = Layout<Shape<Shape<_4, _2, _2>, _1, Int<kN8 / 4>>, Stride<Stride<_1, _4, _8>, _0, _16>>;
-  return cute::make_tensor<Element>(ALayout{});
-}
 
 // Four fp32 values to four e4m3 bytes (saturating: P <= 2^8 never needs it, but inf must not
 // become NaN), a first.
@@ -44,8 +31,8 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float
   return lo | (hi << 16);
 }
 
-// P (S's accumulator after the softmax) into the e4m3 A operand, keys renamed as the header
-// says. Per 32 keys the accumulator holds (key pair, row r / r + 8, 8-key group) = 16 values;
+// P (S's accumulator after the softmax) into the e4m3 A operand (wgmma.cuh's
+// make_a_operand_for<e4m3>), keys renamed as the header says. Per 32 keys the accumulator holds (key pair, row r / r + 8, 8-key group) = 16 values;
 // register j of the operand takes rows r (j even) or r + 8 (j odd) of groups 0-1 (j < 2) or 2-3.
 template <class AccTensor, class ATensor>
 __device__ __forceinline__ void convert_to_fp8_a_operand(const AccTensor& acc, ATensor& a) {

@@ -62,15 +62,24 @@ __device__ __forceinline__ auto as_rowcol(AccTensor&& t) {
 // registers in the same order (column pair, row, 8-column half), so element i maps to element i:
 // this is the register handoff of P, with no shared memory in between. make_a_operand_for makes
 // the (uninitialized) operand, convert_to_a_operand fills one, acc_to_a_operand does both.
+// For a 1-byte Element (e4m3, K7) the operand is that of a k = 32 GMMA: ((4,2,2),1,N/32) in PTX
+// register order (4 keys, row r / r + 8, 16-key half); its layout does not match the
+// accumulator's, and fp8_pv.cuh's convert_to_fp8_a_operand fills it.
 template <typename Element, class AccTensor>
 __device__ __forceinline__ auto make_a_operand_for(const AccTensor&) {
   using namespace cute;
   constexpr int kN8 = size<0, 2>(typename AccTensor::layout_type{});
+  constexpr int kN8PerBlock = sizeof(Element) == 1 ? 4 : 2;  // 8-column groups per k-step
   static_assert(size<1>(typename AccTensor::layout_type{}) == 1 &&
-                    size<2>(typename AccTensor::layout_type{}) == 1 && kN8 % 2 == 0,
-                "one 64-row WGMMA accumulator per thread expected");
-  using ALayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kN8 / 2>>, Stride<Stride<_1, _2, _4>, _0, _8>>;
-  return cute::make_tensor<Element>(ALayout{});
+                    size<2>(typename AccTensor::layout_type{}) == 1 && kN8 % kN8PerBlock == 0,
+                "one 64-row WGMMA accumulator per thread, whole k-steps, expected");
+  if constexpr (sizeof(Element) == 1) {
+    using ALayout = Layout<Shape<Shape<_4, _2, _2>, _1, Int<kN8 / 4>>, Stride<Stride<_1, _4, _8>, _0, _16>>;
+    return cute::make_tensor<Element>(ALayout{});
+  } else {
+    using ALayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kN8 / 2>>, Stride<Stride<_1, _2, _4>, _0, _8>>;
+    return cute::make_tensor<Element>(ALayout{});
+  }
 }
 template <class AccTensor, class ATensor>
 __device__ __forceinline__ void convert_to_a_operand(const AccTensor& acc, ATensor& a) {
