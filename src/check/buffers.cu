@@ -68,11 +68,13 @@ __global__ void fill_normal_kernel(T* data, int64_t n, uint64_t seed) {
 }
 
 // Strides (elements) of a (batch, seqlen, heads, head_dim) tensor in `layout`.
-std::array<int64_t, 4> attention_strides(Layout layout, int64_t s, int64_t h, int64_t d) {
+std::array<int64_t, 4> attention_strides(Layout layout, int64_t s, int64_t h, int64_t d,
+                                         int elem_bytes) {
   switch (layout) {
     case Layout::kPacked: return {s * h * d, h * d, d, 1};
     case Layout::kPadded: {
-      const int64_t head = d + 8, row = h * head + 16, batch = s * row + 64;  // 16-byte multiples
+      const int64_t x = elem_bytes == 1 ? 2 : 1;  // the pads stay 16-byte multiples for e4m3
+      const int64_t head = d + 8 * x, row = h * head + 16 * x, batch = s * row + 64 * x;
       return {batch, row, head, 1};
     }
     case Layout::kHeadsMajor: return {h * s * d, d, s * d, 1};
@@ -109,7 +111,7 @@ Status DeviceBuffers::allocate(const Config& c) {
   config = c;
   auto attention = [&](int64_t s, int64_t h) {
     TensorView t = make_tensor(nullptr, c.dtype, {c.batch, s, h, c.head_dim});
-    t.stride = attention_strides(c.layout, s, h, c.head_dim);
+    t.stride = attention_strides(c.layout, s, h, c.head_dim, size_of(c.dtype));
     return t;
   };
   HFA_RETURN_IF_ERROR(alloc(&q, attention(c.seqlen_q, c.heads_q)));
