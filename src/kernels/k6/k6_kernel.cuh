@@ -85,7 +85,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   using namespace cute;
   const FwdProblem& p = params.problem;
   QPipeline::consumer_wait(ss.q_pipeline, q);
-  const sm90::BlockCoord bc{ss.q_tile_coord[0], ss.q_tile_coord[1], ss.q_tile_coord[2]};
+  const sm90::BlockCoord bc = sm90::published_tile(ss.q_tile_coord);
   const int q0 = bc.m_block * kBlockM;
   const sm90::KvRange range = sm90::AttentionMask::range(p, q0, kBlockM, kBlockN);
   const sm90::AttentionMask mask(p);
@@ -295,14 +295,8 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
       const sm90::BlockCoord bc = scheduler.block_coord(idx);
       const int n_tiles = sm90::AttentionMask::range(p, bc.m_block * Config::kBlockM,
                                                      Config::kBlockM, Config::kBlockN).n_tiles;
-      // The consumers read the tile's coordinates from shared memory with its Q: four integer
-      // divisions fewer on their critical path between tiles.
-      sm90::load_q_stage<QPipeline, Config::kBlockM, D, typename Config::QLayout>(
-          ss.q_pipeline, q, params.tma_q, ss.q, p, bc.head, bc.batch, bc.m_block, [&] {
-            ss.q_tile_coord[0] = bc.m_block;
-            ss.q_tile_coord[1] = bc.head;
-            ss.q_tile_coord[2] = bc.batch;
-          });
+      sm90::load_q_stage_of<QPipeline, Config::kBlockM, D, typename Config::QLayout>(
+          ss.q_pipeline, q, params.tma_q, ss.q, p, bc, ss.q_tile_coord);
       const int hk = bc.head / p.group_size();
       for (int tile = 0; tile < n_tiles; ++tile) {  // each waits for its stage to be released
         sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
@@ -333,17 +327,9 @@ template <typename T, class Config, Variant V>
 cudaError_t launch_config(const FwdProblem& p, cudaStream_t stream) {
   static_assert(Config::kSmemBytes <= smem_bytes(Config::kHeadDim),
                 "k6_launch.h's smem_bytes() must bound the kernel's");
-  int device = 0, sm_count = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
-  if (err != cudaSuccess) return err;
-  typename Config::Params params{};
-  params.problem = p;
-  const int grid = sm90::PersistentTileScheduler::grid_size(p, Config::kBlockM, sm_count);
-  params.tile_group = sm90::PersistentTileScheduler::group_size(p, Config::kBlockM, sizeof(T),
-                                                                kL2GroupBytes, grid);
-  return sm90::launch_attention<Config>(k6_forward_kernel<T, Config, V>, dim3(grid),
-                                        threads(Config::kConsumerWarpgroups), params, stream);
+  return sm90::launch_persistent<Config>(k6_forward_kernel<T, Config, V>,
+                                         threads(Config::kConsumerWarpgroups), sizeof(T),
+                                         kL2GroupBytes, p, stream);
 }
 
 template <typename T, int D, Variant V>

@@ -102,7 +102,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
   const FwdProblem& p = params.problem;
   QPipeline::consumer_wait(ss.q_pipeline, q);
-  const sm90::BlockCoord bc{ss.q_tile_coord[0], ss.q_tile_coord[1], ss.q_tile_coord[2]};
+  const sm90::BlockCoord bc = sm90::published_tile(ss.q_tile_coord);
   const int q0 = bc.m_block * kBlockM;
   const sm90::KvRange range = sm90::AttentionMask::range(p, q0, kBlockM, kBlockN);
   const sm90::AttentionMask mask(p);
@@ -240,12 +240,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       typename Pipeline::State kv = Pipeline::producer_start();
       typename QPipeline::State q = QPipeline::producer_start();
       for_each_tile<Config>(p, scheduler, [&](const sm90::BlockCoord& bc, int n_tiles) {
-        sm90::load_q_stage<QPipeline, Config::kBlockM, D, typename Config::QLayout>(
-            ss.q_pipeline, q, params.tma_q, ss.q, p, bc.head, bc.batch, bc.m_block, [&] {
-              ss.q_tile_coord[0] = bc.m_block;
-              ss.q_tile_coord[1] = bc.head;
-              ss.q_tile_coord[2] = bc.batch;
-            });
+        sm90::load_q_stage_of<QPipeline, Config::kBlockM, D, typename Config::QLayout>(
+            ss.q_pipeline, q, params.tma_q, ss.q, p, bc, ss.q_tile_coord);
         const int hk = bc.head / p.group_size();
         for (int tile = 0; tile < n_tiles; ++tile) {
           sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
@@ -294,17 +290,8 @@ template <typename T, int D>
 cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
   using Config = K7Config<T, D>;
   static_assert(Config::kSmemBytes <= smem_bytes(D), "k7_launch.h's smem_bytes() must bound the kernel's");
-  int device = 0, sm_count = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
-  if (err != cudaSuccess) return err;
-  typename Config::Params params{};
-  params.problem = p;
-  const int grid = sm90::PersistentTileScheduler::grid_size(p, Config::kBlockM, sm_count);
-  params.tile_group = sm90::PersistentTileScheduler::group_size(p, Config::kBlockM, 1,
-                                                                kL2GroupBytes, grid);
-  return sm90::launch_attention<Config>(k7_forward_kernel<Config>, dim3(grid), kThreads, params,
-                                        stream);
+  return sm90::launch_persistent<Config>(k7_forward_kernel<Config>, kThreads, /*element_bytes=*/1,
+                                         kL2GroupBytes, p, stream);
 }
 
 }  // namespace hfa::k7

@@ -14,6 +14,7 @@
 #include "kernels/sm90/common/element.cuh"
 #include "kernels/sm90/common/pipeline.cuh"
 #include "kernels/sm90/common/staged_output.cuh"
+#include "kernels/sm90/common/tile_scheduler.cuh"
 #include "kernels/sm90/common/tma.cuh"
 
 namespace hfa::sm90 {
@@ -157,6 +158,23 @@ cudaError_t launch_attention(Kernel kernel, dim3 grid, int threads, typename Con
   if (err != cudaSuccess) return err;
   kernel<<<grid, threads, Config::kSmemBytes, stream>>>(params);
   return cudaGetLastError();
+}
+
+// The launch of a persistent kernel (K6, K7) on `p`: one CTA per SM at most, the scheduler's L2
+// grouping of (head, batch) pairs for K/V of `element_bytes`, then launch_attention.
+template <class Config, class Kernel>
+cudaError_t launch_persistent(Kernel kernel, int threads, int element_bytes, long long l2_group_bytes,
+                              const FwdProblem& p, cudaStream_t stream) {
+  int device = 0, sm_count = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+  typename Config::Params params{};
+  params.problem = p;
+  const int grid = PersistentTileScheduler::grid_size(p, Config::kBlockM, sm_count);
+  params.tile_group = PersistentTileScheduler::group_size(p, Config::kBlockM, element_bytes,
+                                                          l2_group_bytes, grid);
+  return launch_attention<Config>(kernel, dim3(grid), threads, params, stream);
 }
 
 }  // namespace hfa::sm90
