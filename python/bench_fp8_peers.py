@@ -2,11 +2,11 @@
 """The FP8 peers of k7 on the DESIGN.md sweep, timed as bench_peers.py times (cold L2, ~1 ms of
 GPU spin before the start event, median of --iters): FlashAttention-3's FP8 forward ("fa3_fp8",
 the fa3_fwd wheel: e4m3 q/k/v with fp32 (batch, heads_kv) descales, bf16 out) and the FP8 GEMM
-ceiling ("cublas_gemm_fp8": torch._scaled_mm, 8192^3). hfa's k7 is timed by hfa-bench in the same
-device call; --merge takes its JSON and prints k7 / fa3_fp8 per configuration and their geometric
-mean. No hfa import: this runs on a machine with only torch and the wheel.
+ceiling ("cublas_gemm_fp8": torch._scaled_mm, 8192^3). hfa's k7 and k8 are timed by hfa-bench in
+the same device call; --merge takes their JSON files and prints each / fa3_fp8 per configuration
+and their geometric means. No hfa import: this runs on a machine with only torch and the wheel.
 
-  python bench_fp8_peers.py --merge sweep-k7.json --json fp8-peers.json
+  python bench_fp8_peers.py --merge sweep-k7.json sweep-k8.json --json fp8-peers.json
 """
 import argparse
 import datetime
@@ -46,7 +46,7 @@ def fp8_gemm_tflops(timer, n=8192):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", required=True)
-    ap.add_argument("--merge", help="hfa-bench --json of the same run (k7 rows)")
+    ap.add_argument("--merge", nargs="*", default=[], help="hfa-bench --json files of the same run (k7, k8 rows)")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--max-seconds", type=float, default=6.0)
@@ -68,12 +68,13 @@ def main():
             row.update(ms=None, tflops=None, error=str(e)[:200])
         rows.append(row)
         print(row, flush=True)
-    if args.merge:
-        hfa_rows = json.load(open(args.merge))["rows"]
+    peer = {(r["d"], r["causal"], r["seqlen_q"]): r for r in rows if r["impl"] == "fa3_fp8"}
+    for merge in args.merge:
+        hfa_rows = json.load(open(merge))["rows"]
         rows += hfa_rows
-        peer = {(r["d"], r["causal"], r["seqlen_q"]): r for r in rows if r["impl"] == "fa3_fp8"}
         ratios = []
-        print(f"{'d':>4} {'causal':>6} {'s':>6} {'k7':>8} {'fa3_fp8':>8} {'ratio':>6}")
+        impl = hfa_rows[0]["impl"] if hfa_rows else "?"
+        print(f"{'d':>4} {'causal':>6} {'s':>6} {impl:>8} {'fa3_fp8':>8} {'ratio':>6}")
         for r in hfa_rows:
             p = peer.get((r["d"], int(r["causal"]), r["seqlen_q"]))
             if not p or not p.get("tflops") or not r.get("tflops"):

@@ -7,14 +7,16 @@
 #   5. python/bench_peers.py: $PEER_KERNELS next to cuDNN, torch's FA2 and the cuBLAS GEMM
 #      (step "peers"), and the backward of $PEER_BWD_KERNELS next to theirs (step "peers-bwd");
 #      python/bench_fp8_peers.py: FlashAttention-3's FP8 forward and the FP8 GEMM next to the k7
-#      sweep (step "peers-fp8")
+#      and k8 sweeps (step "peers-fp8"); python/fp8_accuracy.py, the FP8 RMSE study (step
+#      "fp8-accuracy", after "python")
 # Logs go to $OUT (default ./gpu-check-out) as few files (the device tool returns at most 8):
 # summary.txt, steps.log, tables.txt, sweep-<kernel>.json, peers.json, peers.png, peers-bwd.json.
 # Builds first unless $HFA_BUILD_DIR already holds working binaries (carried builds).
 #
 # Environment: OUT, HFA_BUILD_DIR (default build), HFA_COMMIT (recorded in the JSON),
 #   STEPS (default "sass tests sanitize sweep python peers"; also "peers-bwd"),
-#   SANITIZE_KERNELS (default: all; kernels in $BWD_KERNELS are sanitized with --bwd too),
+#   SANITIZE_KERNELS (default: all, and quantize_fp8 through its GPU tests; kernels in
+#     $BWD_KERNELS are sanitized with --bwd too),
 #   PEER_KERNELS (default "k2,k1"), PEER_ARGS (extra bench_peers.py args),
 #   SWEEP_KERNELS (default "k2 k1"), SWEEP_ARGS_<kernel> (extra hfa-bench args for that kernel's sweep),
 #   BWD_KERNELS (default "fa2": backward kernels, swept with --bwd too), PEER_BWD_KERNELS (default "fa2").
@@ -74,7 +76,8 @@ fi
 if [[ " $steps " == *" sanitize "* ]]; then
   # Small shapes that still cover ragged tiles, seqlen_q != seqlen_k, GQA and causal.
   for tool in memcheck racecheck synccheck; do
-    for kernel in ${SANITIZE_KERNELS:-k1 k2 fa2 k3_1 k3_2 k3_3 k4_qk k4 k5 k6 k6_no_pingpong k6_no_overlap k7}; do
+    for kernel in ${SANITIZE_KERNELS:-k1 k2 fa2 k3_1 k3_2 k3_3 k4_qk k4 k5 k6 k6_no_pingpong k6_no_overlap k7 k8}; do
+      [ "$kernel" = quantize_fp8 ] && continue  # not a forward kernel: its own step below
       passes=("")
       [[ " ${BWD_KERNELS:-fa2} " == *" $kernel "* ]] && passes+=("--bwd")
       for d in 64 256; do
@@ -89,7 +92,7 @@ if [[ " $steps " == *" sanitize "* ]]; then
       done
       # Persistent kernels (k6, k7): more tiles than SMs, so each CTA reuses its Q buffer and K/V ring
       # across tiles of different lengths (5 x 80 = 400 tiles).
-      if [[ $kernel == k6* || $kernel == k7 ]]; then
+      if [[ $kernel == k6* || $kernel == k7 || $kernel == k8 ]]; then
         step "sanitize-$tool-$kernel-many-tiles" compute-sanitizer --tool "$tool" --error-exitcode 3 \
           "$bench" "$kernel" --seqlen 600 --seqlen-k 700 --headdim 128 --batch 2 --heads 40 \
           --heads-kv 8 --causal --check --check-rows 256 --iters 1 --warmup 0
@@ -103,6 +106,11 @@ if [[ " $steps " == *" sanitize "* ]]; then
         done
       fi
     done
+    # quantize_fp8's passes (and the k7/k8 forward of their outputs): its GPU tests.
+    if [[ " ${SANITIZE_KERNELS:-quantize_fp8} " == *" quantize_fp8 "* ]]; then
+      step "sanitize-$tool-quantize_fp8" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+        "$build/tests/hfa_gpu_tests" --gtest_filter='QuantizeFp8*'
+    fi
   done
 fi
 
@@ -149,9 +157,21 @@ if [[ " $steps " == *" peers-fp8 "* ]]; then
       && export PYTHONPATH=/tmp/hfa-peers:${PYTHONPATH:-}
   fi
   merge=""
-  [ -f "$out/sweep-k7.json" ] && merge="--merge $out/sweep-k7.json"
+  for k in k7 k8; do [ -f "$out/sweep-$k.json" ] && merge="$merge $out/sweep-$k.json"; done
+  [ -n "$merge" ] && merge="--merge $merge"
   step peers-fp8 bash -c "set -o pipefail; cd '$root/python' && PYTHONUNBUFFERED=1 python3 bench_fp8_peers.py \
     $merge --json '$out/peers-fp8.json' | tee -a '$out/tables.txt'"
+fi
+
+if [[ " $steps " == *" fp8-accuracy "* ]]; then
+  # The FP8 accuracy study (python/fp8_accuracy.py): needs the binding (step "python") and, for
+  # the fa3_fp8 rows, the fa3_fwd wheel from .whl/.
+  if ls "$root"/.whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/hfa-peers "$root"/.whl/*.whl \
+      && export PYTHONPATH=/tmp/hfa-peers:${PYTHONPATH:-}
+  fi
+  step fp8-accuracy bash -c "set -o pipefail; cd /tmp && PYTHONUNBUFFERED=1 python3 '$root/python/fp8_accuracy.py' \
+    --json '$out/fp8-accuracy.json' | tee -a '$out/tables.txt'"
 fi
 
 if [[ " $steps " == *" peers-bwd "* ]]; then

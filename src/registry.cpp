@@ -8,7 +8,7 @@ const std::vector<KernelEntry>& registry() {
                                                      k3_2_entry(), k3_3_entry(), k4_qk_entry(),
                                                      k4_entry(), k5_entry(), k6_entry(),
                                                      k6_no_pingpong_entry(), k6_no_overlap_entry(),
-                                                     k7_entry()};
+                                                     k7_entry(), k8_entry()};
   return entries;
 }
 
@@ -37,7 +37,7 @@ std::vector<KernelInfo> list_backward_kernels() {
 
 std::vector<KernelInfo> list_kernels() {
   std::vector<KernelInfo> out;
-  for (const KernelEntry& e : registry()) out.push_back({e.name, e.description, e.supports, e.fp8});
+  for (const KernelEntry& e : registry()) out.push_back({e.name, e.description, e.supports, e.fp8, e.fp8_block_scales});
   return out;
 }
 

@@ -17,6 +17,9 @@ struct KernelEntry {
   int auto_priority = 0;
   // Takes e4m3 Q/K/V (and only those); false: bf16/fp16. The API enforces it before check().
   bool fp8 = false;
+  // e4m3 kernels: takes block descales (k8) instead of per-(batch, KV head) ones (k7). Enforced
+  // by the API before check(), like fp8.
+  bool fp8_block_scales = false;
   // Ok if the kernel can run `problem` on `device`; otherwise kUnsupported with a message that
   // names the argument and the rule. Must not touch the GPU.
   Status (*check)(const FwdProblem& problem, const DeviceInfo& device) = nullptr;
@@ -56,5 +59,6 @@ KernelEntry k6_entry();
 KernelEntry k6_no_pingpong_entry();
 KernelEntry k6_no_overlap_entry();
 KernelEntry k7_entry();
+KernelEntry k8_entry();
 
 }  // namespace hfa

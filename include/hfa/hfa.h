@@ -58,8 +58,12 @@ enum class DType {
   kBF16,
   kFP16,
   kFP32,  // LSE and descale factors; not accepted for Q/K/V/O
-  kE4M3,  // float8 e4m3 (torch.float8_e4m3fn): Q/K/V of the FP8 forward (k7); needs descales
+  kE4M3,  // float8 e4m3 (torch.float8_e4m3fn): Q/K/V of the FP8 forward (k7, k8); needs descales
 };
+
+// FP8 block quantization (k8, quantize_fp8): one descale per this many query rows, and per this
+// many keys.
+inline constexpr int kFp8ScaleBlock = 128;
 
 const char* to_string(DType dtype);
 int size_of(DType dtype);  // bytes per element
@@ -125,14 +129,58 @@ struct ForwardArgs {
   // be left empty (data == nullptr).
   TensorView q_descale, k_descale, v_descale;
 
+  // FP8 block quantization (the kernel k8), instead of q_descale and k_descale (which must then
+  // be empty; v_descale stays per (batch, heads_kv)): fp32 (batch, heads_q, ceil(seqlen_q / 128))
+  // and fp32 (batch, heads_kv, ceil(seqlen_k / 128)), any strides. Query row i of head h in batch
+  // b is q * q_block_descale[b][h][i / 128]; key j of KV head hk is k * k_block_descale[b][hk][j / 128]
+  // (kFp8ScaleBlock = 128). Both or neither. quantize_fp8(..., block = true) writes them.
+  TensorView q_block_descale, k_block_descale;
+
   // Reserved for later versions (not accepted yet): variable-length batches (cu_seqlens), paged
-  // KV, block-wise fp8 scales, sliding window, softcap, decode splits. They will be new fields here.
+  // KV, sliding window, softcap, decode splits. They will be new fields here.
 };
 
 // Runs attention forward on `stream`. Asynchronous like a kernel launch: returns after the launch.
 // Sizes of zero (batch == 0 or seqlen_q == 0) are valid and launch nothing. seqlen_k == 0 with
 // seqlen_q > 0 is valid: every row sees no key, so O = 0 and LSE = -inf.
 Status forward(const ForwardArgs& args, cudaStream_t stream = nullptr);
+
+// ---- FP8 quantization ---------------------------------------------------------------------------
+
+// Arguments of quantize_fp8: bf16/fp16 Q, K, V in; the e4m3 tensors and descales the FP8 forward
+// takes out (k7 with block = false, k8 with block = true). Each scale group (a (batch, KV head)
+// for Q with all its query heads, K and V; or a 128-row block of one head) is scaled so that its
+// largest |value| becomes 448 (e4m3's largest finite): e4m3 = round(x * 448 / amax) (saturating),
+// descale = amax / 448 (0 for a group of zeros). Inputs must be finite.
+struct QuantizeFp8Args {
+  // bf16 or fp16 (all three the same), shapes and stride rules as ForwardArgs's q, k, v. Read only.
+  TensorView q, k, v;
+  // e4m3, the shapes of q, k, v; head_dim contiguous, other strides free. Written.
+  TensorView q_out, k_out, v_out;
+  // fp32, written, any strides. block == false: q_descale, k_descale, v_descale are (batch,
+  // heads_kv) (ForwardArgs::q_descale, k_descale, v_descale). block == true: q_descale is
+  // (batch, heads_q, ceil(seqlen_q / 128)) and k_descale (batch, heads_kv, ceil(seqlen_k / 128))
+  // (ForwardArgs::q_block_descale, k_block_descale); v_descale stays (batch, heads_kv).
+  TensorView q_descale, k_descale, v_descale;
+  // One scale per 128 rows of each head of Q and K (kFp8ScaleBlock) instead of per (batch, KV head).
+  bool block = false;
+  // Incoherent processing: Q and K (not V) times the same orthogonal H = W diag(signs) / sqrt(d)
+  // along head_dim (W: the Walsh-Hadamard matrix; signs: random +-1 from hadamard_seed), which
+  // spreads outlier channels over all of them. (Q H)(K H)^T = Q K^T, so attention's result is the
+  // same; only the quantization error changes.
+  bool hadamard = false;
+  uint64_t hadamard_seed = 0;
+  // Subtracts each (batch, KV head)'s mean key (over seqlen_k) from K before quantizing. The
+  // output O is unchanged (it adds scale * q . mean to a whole score row), but the LSE of row q
+  // is lowered by softmax_scale * q . mean: use it only when the LSE is not needed.
+  bool subtract_mean_key = false;
+};
+
+// Runs the quantization on `stream` (asynchronous). Validated like forward(): an error names the
+// argument and the rule, and nothing is launched or written. Takes a stream-ordered fp32
+// workspace (cudaMallocAsync) of a few bytes per row block and per (batch, KV head, channel).
+// head_dim 64, 128 or 256 (a power of two, for the Walsh-Hadamard transform).
+Status quantize_fp8(const QuantizeFp8Args& args, cudaStream_t stream = nullptr);
 
 // ---- Backward -----------------------------------------------------------------------------------
 
@@ -172,6 +220,8 @@ struct KernelInfo {
   std::string description;  // one line: what the kernel is
   std::string supports;     // one line: dtypes, head dims, features, architectures
   bool fp8 = false;         // takes e4m3 Q/K/V (and only those); the others take bf16/fp16
+  // fp8 kernels: takes q_block_descale/k_block_descale (k8) instead of q_descale/k_descale (k7).
+  bool fp8_block_scales = false;
 };
 
 // Every kernel this build contains, in the order of the ladder.

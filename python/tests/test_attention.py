@@ -344,3 +344,71 @@ def test_fp8_compiles():
                              fullgraph=True)(q, k, v)
     assert eager.dtype == torch.bfloat16
     torch.testing.assert_close(compiled, eager)
+
+
+# ---- quantize_fp8 and k8 (block descales) -----------------------------------------------------------
+
+QUANTIZE_OPTIONS = [dict(block=b, hadamard=h, subtract_mean_key=m)
+                    for b, h, m in ((False, False, False), (True, False, False), (False, True, False),
+                                    (True, True, False), (True, True, True))]
+
+
+def dequantize_blocks(x8, descale):
+    """x8 (b, s, h, d) e4m3, descale (b, h, ceil(s / 128)) -> fp64 values."""
+    rows = descale.double().repeat_interleave(128, dim=2)[:, :, :x8.shape[1]]  # (b, h, s)
+    return x8.double() * rows.transpose(1, 2)[..., None]
+
+
+@pytest.mark.parametrize("opts", QUANTIZE_OPTIONS, ids=lambda o: "-".join(k for k, v in o.items() if v) or "per_head")
+@pytest.mark.parametrize("causal", [False, True])
+def test_quantize_fp8_then_attention(opts, causal):
+    """quantize_fp8's outputs through hfa.attention ("auto": k8 for block scales, k7 otherwise)
+    give the attention of the original bf16 inputs up to FP8 error; the scales are amax / 448."""
+    torch.manual_seed(7)
+    b, sq, sk, hq, hkv, d = 2, 300, 333, 6, 2, 128
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16) + 0.5  # a mean key to remove
+    v = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
+    x = hfa.quantize_fp8(q, k, v, hadamard_seed=3, **opts)
+    assert x.q.dtype == torch.float8_e4m3fn and x.q.shape == q.shape and x.k.shape == k.shape
+    vd = dequantize(x.v, x.descales["v_descale"])
+    torch.testing.assert_close(x.descales["v_descale"],
+                               v.float().abs().amax(dim=(1, 3)) / 448, rtol=1e-6, atol=0)
+    assert ((vd - v.double()).abs() <= v.double().abs() / 16 + 1e-4).all()
+    if opts["block"]:
+        qd = dequantize_blocks(x.q, x.descales["q_block_descale"])
+        kd = dequantize_blocks(x.k, x.descales["k_block_descale"])
+    else:
+        qd, kd = dequantize(x.q, x.descales["q_descale"]), dequantize(x.k, x.descales["k_descale"])
+    if not opts["hadamard"] and not opts["subtract_mean_key"]:
+        assert ((qd - q.double()).abs() <= q.double().abs() / 16 + 1e-4).all()
+    if opts["hadamard"]:  # orthogonal along head_dim: row norms are kept (up to e4m3 rounding)
+        torch.testing.assert_close(qd.norm(dim=-1), q.double().norm(dim=-1), rtol=0.03, atol=0)
+    out, lse = hfa.attention(x.q, x.k, x.v, causal=causal, return_lse=True, **x.descales)
+    ref = sdpa_math(q.double(), k.double(), v.double(), causal, 1 / math.sqrt(d))
+    rel = ((out.double() - ref).norm() / ref.norm()).item()
+    assert rel < 0.06, f"relative RMS error {rel:.3e}"
+    if not opts["subtract_mean_key"]:
+        ref_lse = reference_lse(q.double(), k.double(), causal, 1 / math.sqrt(d))
+        assert (lse.double() - ref_lse).abs().max().item() < 0.05
+
+
+def test_quantize_fp8_errors_and_compile():
+    q = torch.randn(1, 64, 2, 96, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="q: head_dim is 96; quantize_fp8 takes 64, 128 or 256"):
+        hfa.quantize_fp8(q, q, q)
+    with pytest.raises(ValueError, match="q: dtype fp32; quantize_fp8 takes bf16 or fp16"):
+        hfa.quantize_fp8(q.float(), q.float(), q.float())
+    q = torch.randn(1, 200, 4, 64, device="cuda", dtype=torch.float16)
+    k = torch.randn(1, 150, 2, 64, device="cuda", dtype=torch.float16)
+    x = hfa.quantize_fp8(q, k, k)
+    with pytest.raises(ValueError, match='q_block_descale: kernel "k7" takes per-\\(batch, heads_kv\\)'):
+        hfa.attention(x.q, x.k, x.v, kernel="k7", **x.descales)
+    with pytest.raises(ValueError, match="q_descale: give q_descale or q_block_descale, not both"):
+        hfa.attention(x.q, x.k, x.v, q_descale=x.descales["v_descale"], **x.descales)
+    eager = hfa.attention(x.q, x.k, x.v, **x.descales)
+    f = torch.compile(lambda q, k, v: (lambda y: hfa.attention(y.q, y.k, y.v, **y.descales))(hfa.quantize_fp8(q, k, v)),
+                      fullgraph=True)
+    torch.testing.assert_close(f(q, k, k), eager)
+    torch.library.opcheck(torch.ops.hfa.quantize_fp8.default, (q, k, k, True, True, 0, False),
+                          test_utils=("test_schema", "test_faketensor"))

@@ -56,28 +56,81 @@ Status check_same_dim(const TensorView& a, const char* a_name, int a_dim, const 
                     shape_string(b).c_str());
 }
 
-// A descale factor tensor: required (fp32, (batch, heads_kv)) with e4m3 inputs, absent otherwise.
-Status check_descale(const TensorView& t, const char* name, const TensorView& q, int64_t heads_kv,
-                     FwdProblem::Descale* out) {
-  const bool fp8 = q.dtype == DType::kE4M3;
-  if (!fp8) {
-    if (t.data != nullptr || t.rank != 0)
-      return make_error(kInvalid, "%s: only e4m3 inputs take descale factors; q is %s", name,
-                        to_string(q.dtype));
-    return Status::Ok();
-  }
-  if (t.data == nullptr && q.shape[0] > 0)
-    return make_error(kInvalid, "%s: e4m3 inputs need fp32 (batch, heads_kv) descale factors; "
-                      "data pointer is null", name);
-  HFA_RETURN_IF_ERROR(check_tensor(t, name, 2, "(batch, heads_kv)"));
+// Whether an optional tensor argument was given (a data pointer, or a shape for empty tensors).
+bool given(const TensorView& t) { return t.data != nullptr || t.rank != 0; }
+
+// A descale factor tensor of the e4m3 forward: fp32, `rank` dimensions `dims` of sizes `expect`.
+Status check_descale_tensor(const TensorView& t, const char* name, const char* dims,
+                            std::initializer_list<int64_t> expect) {
+  const int rank = static_cast<int>(expect.size());
+  if (t.data == nullptr && t.rank == 0)  // absent (a null pointer with a shape is checked below)
+    return make_error(kInvalid, "%s: e4m3 inputs need fp32 %s descale factors; data pointer is null",
+                      name, dims);
+  HFA_RETURN_IF_ERROR(check_tensor(t, name, rank, dims));
   if (t.dtype != DType::kFP32)
     return make_error(kInvalid, "%s: dtype %s; descale factors must be fp32", name, to_string(t.dtype));
-  if (t.shape[0] != q.shape[0] || t.shape[1] != heads_kv)
-    return make_error(kInvalid, "%s: shape %s; expected (batch, heads_kv) = (%lld, %lld)", name,
-                      shape_string(t).c_str(), (long long)q.shape[0], (long long)heads_kv);
-  out->data = static_cast<const float*>(t.data);
-  out->batch_stride = t.stride[0];
-  out->head_stride = t.stride[1];
+  int i = 0;
+  for (int64_t e : expect) {
+    if (t.shape[i] != e) {
+      std::string want = "(";
+      int j = 0;
+      for (int64_t x : expect) want += (j++ ? ", " : "") + std::to_string(x);
+      return make_error(kInvalid, "%s: shape %s; expected %s = %s", name, shape_string(t).c_str(),
+                        dims, (want + ")").c_str());
+    }
+    ++i;
+  }
+  return Status::Ok();
+}
+
+// The descales of the e4m3 forward (ForwardArgs::q_descale ... k_block_descale): which are
+// required, which must be absent, their shapes. Fills r's descales.
+Status check_descales(const ForwardArgs& a, int64_t heads_kv, FwdProblem* r) {
+  const TensorView& q = a.q;
+  struct Named { const TensorView& t; const char* name; };
+  const Named all[] = {{a.q_descale, "q_descale"}, {a.k_descale, "k_descale"}, {a.v_descale, "v_descale"},
+                       {a.q_block_descale, "q_block_descale"}, {a.k_block_descale, "k_block_descale"}};
+  if (q.dtype != DType::kE4M3) {
+    for (const Named& n : all)
+      if (given(n.t))
+        return make_error(kInvalid, "%s: only e4m3 inputs take descale factors; q is %s", n.name,
+                          to_string(q.dtype));
+    return Status::Ok();
+  }
+  const bool block = given(a.q_block_descale) || given(a.k_block_descale);
+  const int64_t batch = q.shape[0], heads_q = q.shape[2];
+  auto blocks = [](int64_t seqlen) { return (seqlen + kFp8ScaleBlock - 1) / kFp8ScaleBlock; };
+  if (block) {
+    if (given(a.q_descale))
+      return make_error(kInvalid, "q_descale: give q_descale or q_block_descale, not both");
+    if (given(a.k_descale))
+      return make_error(kInvalid, "k_descale: give k_descale or k_block_descale, not both");
+    HFA_RETURN_IF_ERROR(check_descale_tensor(a.q_block_descale, "q_block_descale",
+                                             "(batch, heads_q, ceil(seqlen_q / 128))",
+                                             {batch, heads_q, blocks(q.shape[1])}));
+    HFA_RETURN_IF_ERROR(check_descale_tensor(a.k_block_descale, "k_block_descale",
+                                             "(batch, heads_kv, ceil(seqlen_k / 128))",
+                                             {batch, heads_kv, blocks(a.k.shape[1])}));
+    auto take = [](const TensorView& t, FwdProblem::BlockDescale* out) {
+      out->data = static_cast<const float*>(t.data);
+      out->batch_stride = t.stride[0];
+      out->head_stride = t.stride[1];
+      out->block_stride = t.stride[2];
+    };
+    take(a.q_block_descale, &r->q_block_descale);
+    take(a.k_block_descale, &r->k_block_descale);
+    r->fp8_block_scales = true;
+  }
+  struct PerHead { const TensorView& t; const char* name; FwdProblem::Descale* out; };
+  for (const PerHead& d : {PerHead{a.q_descale, "q_descale", &r->q_descale},
+                           PerHead{a.k_descale, "k_descale", &r->k_descale},
+                           PerHead{a.v_descale, "v_descale", &r->v_descale}}) {
+    if (block && d.out != &r->v_descale) continue;  // q and k came as block descales
+    HFA_RETURN_IF_ERROR(check_descale_tensor(d.t, d.name, "(batch, heads_kv)", {batch, heads_kv}));
+    d.out->data = static_cast<const float*>(d.t.data);
+    d.out->batch_stride = d.t.stride[0];
+    d.out->head_stride = d.t.stride[1];
+  }
   return Status::Ok();
 }
 
@@ -130,9 +183,7 @@ Status normalize_forward(const ForwardArgs& args, FwdProblem* p) {
   }
 
   FwdProblem r;
-  HFA_RETURN_IF_ERROR(check_descale(args.q_descale, "q_descale", q, heads_kv, &r.q_descale));
-  HFA_RETURN_IF_ERROR(check_descale(args.k_descale, "k_descale", q, heads_kv, &r.k_descale));
-  HFA_RETURN_IF_ERROR(check_descale(args.v_descale, "v_descale", q, heads_kv, &r.v_descale));
+  HFA_RETURN_IF_ERROR(check_descales(args, heads_kv, &r));
 
   float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   if (args.softmax_scale.has_value()) {
@@ -166,6 +217,72 @@ Status normalize_forward(const ForwardArgs& args, FwdProblem* p) {
   return Status::Ok();
 }
 
+Status normalize_quantize(const QuantizeFp8Args& a, QuantizeProblem* p) {
+  const TensorView &q = a.q, &k = a.k, &v = a.v;
+  if (q.dtype != DType::kBF16 && q.dtype != DType::kFP16)
+    return make_error(kInvalid, "q: dtype %s; quantize_fp8 takes bf16 or fp16", to_string(q.dtype));
+  HFA_RETURN_IF_ERROR(check_attention_tensor(q, "q", q.dtype));
+  HFA_RETURN_IF_ERROR(check_attention_tensor(k, "k", q.dtype));
+  HFA_RETURN_IF_ERROR(check_attention_tensor(v, "v", q.dtype));
+  HFA_RETURN_IF_ERROR(check_same_dim(k, "k", 0, q, "q", 0, "batch"));
+  HFA_RETURN_IF_ERROR(check_same_dim(k, "k", 3, q, "q", 3, "head_dim"));
+  for (int d = 0; d < 4; ++d) HFA_RETURN_IF_ERROR(check_same_dim(v, "v", d, k, "k", d, "shape"));
+  const int64_t batch = q.shape[0], heads_q = q.shape[2], heads_kv = k.shape[2], head_dim = q.shape[3];
+  if (heads_q < 1 || heads_kv < 1)
+    return make_error(kInvalid, "%s: heads is 0; must be at least 1", heads_q < 1 ? "q" : "k");
+  if (heads_q % heads_kv != 0)
+    return make_error(kInvalid, "k: heads_q (%lld) must be a multiple of heads_kv (%lld) for GQA/MQA",
+                      (long long)heads_q, (long long)heads_kv);
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256)
+    return make_error(kInvalid, "q: head_dim is %lld; quantize_fp8 takes 64, 128 or 256",
+                      (long long)head_dim);
+  struct Out { const TensorView& t; const char* name; const TensorView& like; const char* like_name; };
+  for (const Out& o : {Out{a.q_out, "q_out", q, "q"}, Out{a.k_out, "k_out", k, "k"}, Out{a.v_out, "v_out", v, "v"}}) {
+    HFA_RETURN_IF_ERROR(check_attention_tensor(o.t, o.name, DType::kE4M3));
+    for (int d = 0; d < 4; ++d) HFA_RETURN_IF_ERROR(check_same_dim(o.t, o.name, d, o.like, o.like_name, d, "shape"));
+  }
+  auto blocks = [](int64_t seqlen) { return (seqlen + kFp8ScaleBlock - 1) / kFp8ScaleBlock; };
+  if (a.block) {
+    HFA_RETURN_IF_ERROR(check_descale_tensor(a.q_descale, "q_descale", "(batch, heads_q, ceil(seqlen_q / 128))",
+                                             {batch, heads_q, blocks(q.shape[1])}));
+    HFA_RETURN_IF_ERROR(check_descale_tensor(a.k_descale, "k_descale", "(batch, heads_kv, ceil(seqlen_k / 128))",
+                                             {batch, heads_kv, blocks(k.shape[1])}));
+  } else {
+    HFA_RETURN_IF_ERROR(check_descale_tensor(a.q_descale, "q_descale", "(batch, heads_kv)", {batch, heads_kv}));
+    HFA_RETURN_IF_ERROR(check_descale_tensor(a.k_descale, "k_descale", "(batch, heads_kv)", {batch, heads_kv}));
+  }
+  HFA_RETURN_IF_ERROR(check_descale_tensor(a.v_descale, "v_descale", "(batch, heads_kv)", {batch, heads_kv}));
+
+  QuantizeProblem r;
+  auto fill = [](QuantizeProblem::Tensor* t, const TensorView& in, const TensorView& out,
+                 const TensorView& descale, bool block) {
+    t->in = in.data;
+    t->out = out.data;
+    t->in_batch_stride = in.stride[0]; t->in_row_stride = in.stride[1]; t->in_head_stride = in.stride[2];
+    t->out_batch_stride = out.stride[0]; t->out_row_stride = out.stride[1]; t->out_head_stride = out.stride[2];
+    t->seqlen = static_cast<int>(in.shape[1]);
+    t->heads = static_cast<int>(in.shape[2]);
+    t->descale = static_cast<float*>(descale.data);
+    t->descale_batch_stride = descale.stride[0];
+    t->descale_head_stride = descale.stride[1];
+    t->descale_block_stride = block ? descale.stride[2] : 0;
+    t->block = block;
+  };
+  fill(&r.q, q, a.q_out, a.q_descale, a.block);
+  fill(&r.k, k, a.k_out, a.k_descale, a.block);
+  fill(&r.v, v, a.v_out, a.v_descale, false);
+  r.q.hadamard = r.k.hadamard = a.hadamard;
+  r.k.minus_mean = a.subtract_mean_key;
+  r.dtype = q.dtype;
+  r.batch = static_cast<int>(batch);
+  r.heads_q = static_cast<int>(heads_q);
+  r.heads_kv = static_cast<int>(heads_kv);
+  r.head_dim = static_cast<int>(head_dim);
+  r.hadamard_seed = a.hadamard_seed;
+  *p = r;
+  return Status::Ok();
+}
+
 namespace {
 
 // A forward kernel takes either bf16/fp16 inputs or e4m3 ones (KernelEntry::fp8), never both.
@@ -183,11 +300,31 @@ Status check_input_dtype(const KernelEntry& e, const FwdProblem& p) {
   return make_error(StatusCode::kUnsupported, "q: kernel \"%s\" takes e4m3 inputs only; q is %s",
                     e.name.c_str(), to_string(p.dtype));
 }
+
+// An e4m3 kernel takes per-(batch, KV head) descales (k7) or block descales (k8), not both.
+Status check_fp8_scales(const KernelEntry& e, const FwdProblem& p) {
+  if (p.dtype != DType::kE4M3 || p.fp8_block_scales == e.fp8_block_scales) return Status::Ok();
+  std::string others;
+  for (const KernelEntry& k : registry())
+    if (k.fp8 && k.fp8_block_scales == p.fp8_block_scales)
+      others += (others.empty() ? "" : ", ") + k.name;
+  if (others.empty()) others = "none in this build";
+  if (p.fp8_block_scales)
+    return make_error(StatusCode::kUnsupported,
+                      "q_block_descale: kernel \"%s\" takes per-(batch, heads_kv) q_descale and "
+                      "k_descale, not block descales (kernels that do: %s)", e.name.c_str(), others.c_str());
+  return make_error(StatusCode::kUnsupported,
+                    "q_descale: kernel \"%s\" takes block descales (q_block_descale, k_block_descale), "
+                    "not per-(batch, heads_kv) q_descale and k_descale (kernels that do: %s)",
+                    e.name.c_str(), others.c_str());
+}
 Status check_input_dtype(const BackwardKernelEntry&, const BwdProblem&) { return Status::Ok(); }
+Status check_fp8_scales(const BackwardKernelEntry&, const BwdProblem&) { return Status::Ok(); }
 
 template <class Entry, class Problem>
 Status check_entry(const Entry& e, const Problem& problem, const DeviceInfo& device) {
   HFA_RETURN_IF_ERROR(check_input_dtype(e, problem));
+  HFA_RETURN_IF_ERROR(check_fp8_scales(e, problem));
   return e.check(problem, device);
 }
 

@@ -2,6 +2,7 @@
 // none of it touches the GPU, so CPU tests exercise every rule with a hand-made DeviceInfo.
 #pragma once
 
+#include "kernels/quantize_fp8/quantize_fp8.h"
 #include "registry.h"
 
 namespace hfa {
@@ -27,6 +28,10 @@ bool is_empty(const BwdProblem& problem);
 
 Status select_backward_kernel_for(const std::string& kernel_name, const BwdProblem& problem,
                                   const DeviceInfo& device, const BackwardKernelEntry** kernel);
+
+// quantize_fp8's rules (QuantizeFp8Args): the forward's for q, k, v (bf16/fp16), head_dim 64, 128
+// or 256, e4m3 outputs shaped like the inputs, fp32 descales shaped by `block`.
+Status normalize_quantize(const QuantizeFp8Args& args, QuantizeProblem* problem);
 
 // The current CUDA device, or kNoDevice.
 Status query_device(DeviceInfo* device);

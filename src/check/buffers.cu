@@ -26,11 +26,20 @@ const char* to_string(Layout layout) {
 std::string Config::describe() const {
   char buf[256];
   std::snprintf(buf, sizeof(buf),
-                "kernel=%s dtype=%s%s%s b=%d sq=%d sk=%d hq=%d hkv=%d d=%d causal=%d layout=%s",
+                "kernel=%s dtype=%s%s%s%s b=%d sq=%d sk=%d hq=%d hkv=%d d=%d causal=%d layout=%s",
                 kernel.c_str(), hfa::to_string(dtype), dtype == DType::kE4M3 ? " out=" : "",
-                dtype == DType::kE4M3 ? hfa::to_string(fp8_out_dtype) : "", batch, seqlen_q, seqlen_k, heads_q, heads_kv,
+                dtype == DType::kE4M3 ? hfa::to_string(fp8_out_dtype) : "",
+                dtype == DType::kE4M3 && fp8_block_scales ? " block-scales" : "", batch, seqlen_q, seqlen_k, heads_q, heads_kv,
                 head_dim, causal ? 1 : 0, to_string(layout));
   return buf;
+}
+
+void use_kernel_inputs(Config* c, const std::string& kernel) {
+  for (const KernelInfo& info : list_kernels())
+    if (info.name == kernel && info.fp8) {
+      c->dtype = DType::kE4M3;
+      c->fp8_block_scales = info.fp8_block_scales;
+    }
 }
 
 double forward_flops(const Config& c) {
@@ -103,7 +112,8 @@ Status alloc(DeviceBuffers::Tensor* t, TensorView view) {
 }  // namespace
 
 DeviceBuffers::~DeviceBuffers() {
-  for (Tensor* t : {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv, &q_descale, &k_descale, &v_descale})
+  for (Tensor* t : {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv, &q_descale, &k_descale, &v_descale,
+                    &q_block_descale, &k_block_descale})
     if (t->data) cudaFree(t->data);
 }
 
@@ -120,9 +130,19 @@ Status DeviceBuffers::allocate(const Config& c) {
   TensorView out = attention(c.seqlen_q, c.heads_q);
   out.dtype = c.out_dtype();
   HFA_RETURN_IF_ERROR(alloc(&o, out));
-  if (c.dtype == DType::kE4M3)
-    for (Tensor* t : {&q_descale, &k_descale, &v_descale})
-      HFA_RETURN_IF_ERROR(alloc(t, make_tensor(nullptr, DType::kFP32, {c.batch, c.heads_kv})));
+  if (c.dtype == DType::kE4M3) {
+    const auto blocks = [](int64_t s) { return (s + kFp8ScaleBlock - 1) / kFp8ScaleBlock; };
+    if (c.fp8_block_scales) {
+      HFA_RETURN_IF_ERROR(alloc(&q_block_descale, make_tensor(nullptr, DType::kFP32,
+                                                              {c.batch, c.heads_q, blocks(c.seqlen_q)})));
+      HFA_RETURN_IF_ERROR(alloc(&k_block_descale, make_tensor(nullptr, DType::kFP32,
+                                                              {c.batch, c.heads_kv, blocks(c.seqlen_k)})));
+    } else {
+      for (Tensor* t : {&q_descale, &k_descale})
+        HFA_RETURN_IF_ERROR(alloc(t, make_tensor(nullptr, DType::kFP32, {c.batch, c.heads_kv})));
+    }
+    HFA_RETURN_IF_ERROR(alloc(&v_descale, make_tensor(nullptr, DType::kFP32, {c.batch, c.heads_kv})));
+  }
   if (c.backward) {
     HFA_RETURN_IF_ERROR(alloc(&dout, attention(c.seqlen_q, c.heads_q)));
     HFA_RETURN_IF_ERROR(alloc(&dq, attention(c.seqlen_q, c.heads_q)));
@@ -152,7 +172,7 @@ Status DeviceBuffers::fill_random(uint64_t seed) {
       fill_normal_kernel<<<blocks, 256>>>(static_cast<__nv_bfloat16*>(t->data), t->alloc_elems, s);
     HFA_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "launching the random fill"));
   }
-  for (Tensor* t : {&q_descale, &k_descale, &v_descale}) {
+  for (Tensor* t : {&q_descale, &k_descale, &v_descale, &q_block_descale, &k_block_descale}) {
     ++salt;
     if (t->alloc_elems == 0) continue;
     std::vector<float> host(t->alloc_elems);
@@ -185,8 +205,12 @@ ForwardArgs DeviceBuffers::forward_args() const {
   if (q_descale.data) {
     a.q_descale = q_descale.view;
     a.k_descale = k_descale.view;
-    a.v_descale = v_descale.view;
   }
+  if (q_block_descale.data) {
+    a.q_block_descale = q_block_descale.view;
+    a.k_block_descale = k_block_descale.view;
+  }
+  if (v_descale.data) a.v_descale = v_descale.view;
   a.causal = config.causal;
   a.softmax_scale = config.softmax_scale;
   a.kernel = config.kernel;

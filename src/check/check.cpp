@@ -136,8 +136,10 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
   std::vector<double> k = to_contiguous(buf.k.view, hk);
   std::vector<double> v = to_contiguous(buf.v.view, hv);
   if (fp8) {  // the reference sees exactly the dequantized inputs
-    if (!(st = dequantize(&q, buf.q.view, buf.q_descale, c.heads_q / c.heads_kv)).ok() ||
-        !(st = dequantize(&k, buf.k.view, buf.k_descale, 1)).ok() ||
+    const bool block = c.fp8_block_scales;
+    if (!(st = dequantize(&q, buf.q.view, block ? buf.q_block_descale : buf.q_descale,
+                          c.heads_q / c.heads_kv)).ok() ||
+        !(st = dequantize(&k, buf.k.view, block ? buf.k_block_descale : buf.k_descale, 1)).ok() ||
         !(st = dequantize(&v, buf.v.view, buf.v_descale, 1)).ok())
       return fail(st);
   }

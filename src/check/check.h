@@ -34,6 +34,9 @@ struct Config {
   DType dtype = DType::kBF16;  // of q, k, v
   // Of out when dtype is e4m3 (bf16 or fp16); otherwise out has dtype.
   DType fp8_out_dtype = DType::kBF16;
+  // e4m3 inputs: block descales (q_block_descale, k_block_descale: k8) instead of per-(batch,
+  // KV head) q_descale, k_descale (k7).
+  bool fp8_block_scales = false;
   int batch = 1, seqlen_q = 128, seqlen_k = 128, heads_q = 1, heads_kv = 1, head_dim = 64;
   bool causal = false;
   std::optional<float> softmax_scale;  // default 1/sqrt(head_dim)
@@ -48,10 +51,15 @@ struct Config {
 // 4 * batch * heads_q * seqlen_q * seqlen_k * head_dim, halved when causal (DESIGN.md).
 double forward_flops(const Config& c);
 
+// Sets c's input dtype and scales to what forward kernel `kernel` takes when it is an FP8 one
+// (KernelInfo::fp8: e4m3 inputs; fp8_block_scales: block descales); other kernels: unchanged.
+void use_kernel_inputs(Config* c, const std::string& kernel);
+
 // Device buffers for one configuration: Q, K, V filled with N(0, 1) values, O and LSE poisoned.
 // e4m3 inputs: Q, K, V hold N(0, 1) x 64 rounded to e4m3 (saturating), and the descales
 // (batch, heads_kv) are (0.75 .. 1.25) / 64, different per (batch, KV head): the dequantized
-// inputs are roughly N(0, 1) with a scale of their own per head.
+// inputs are roughly N(0, 1) with a scale of their own per head. With fp8_block_scales, Q's and
+// K's descales are drawn the same way per (batch, head, 128-row block).
 class DeviceBuffers {
  public:
   DeviceBuffers() = default;
@@ -73,7 +81,8 @@ class DeviceBuffers {
     TensorView view;
   };
   Tensor q, k, v, o, lse;
-  Tensor q_descale, k_descale, v_descale;  // e4m3 inputs only
+  Tensor q_descale, k_descale, v_descale;  // e4m3 inputs only (q_, k_descale: per-head scales)
+  Tensor q_block_descale, k_block_descale;  // e4m3 inputs with fp8_block_scales
   Tensor dout, dq, dk, dv;  // config.backward only
   Config config;
 };

@@ -64,17 +64,20 @@ inline std::vector<double> to_contiguous(const TensorView& t, const std::vector<
   return out;
 }
 
-// e4m3 inputs: the contiguous (batch, seqlen, heads, head_dim) values times their head's descale
-// (fp32 (batch, heads_kv) on the device); `group` query heads share a KV head's (1 for K and V).
+// e4m3 inputs: the contiguous (batch, seqlen, heads, head_dim) values times their descale: fp32
+// (batch, heads_kv) on the device, `group` query heads sharing a KV head's (1 for K and V); or
+// fp32 (batch, heads, ceil(seqlen / 128)) block descales (rank 3; group unused).
 inline Status dequantize(std::vector<double>* values, const TensorView& t,
                          const DeviceBuffers::Tensor& descale, int group) {
   std::vector<float> host;
   HFA_RETURN_IF_ERROR(copy_to_host(descale, &host));
   const int64_t seqlen = t.shape[1], heads = t.shape[2], d = t.shape[3];
-  const int64_t heads_kv = descale.view.shape[1];
+  const bool block = descale.view.rank == 3;
+  const int64_t heads_kv = descale.view.shape[1], blocks = block ? descale.view.shape[2] : 1;
   for (int64_t i = 0; i < static_cast<int64_t>(values->size()); ++i) {
-    const int64_t b = i / (seqlen * heads * d), h = (i / d) % heads;
-    (*values)[i] *= host[b * heads_kv + h / group];
+    const int64_t b = i / (seqlen * heads * d), s = (i / (heads * d)) % seqlen, h = (i / d) % heads;
+    (*values)[i] *= block ? host[(b * heads + h) * blocks + s / kFp8ScaleBlock]
+                          : host[b * heads_kv + h / group];
   }
   return Status::Ok();
 }

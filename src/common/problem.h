@@ -44,6 +44,17 @@ struct FwdProblem {
     HFA_HOST_DEVICE float at(int b, int hk) const { return data[b * batch_stride + hk * head_stride]; }
   };
   Descale q_descale, k_descale, v_descale;
+  // e4m3 inputs with block quantization (ForwardArgs::q_block_descale, k_block_descale): fp32
+  // (batch, heads, ceil(seqlen / kFp8ScaleBlock)); then q_descale and k_descale are empty.
+  struct BlockDescale {
+    const float* data = nullptr;
+    int64_t batch_stride = 0, head_stride = 0, block_stride = 0;
+    HFA_HOST_DEVICE float at(int b, int h, int block) const {
+      return data[b * batch_stride + h * head_stride + block * block_stride];
+    }
+  };
+  BlockDescale q_block_descale, k_block_descale;
+  bool fp8_block_scales = false;  // the block descales were given (k8's inputs)
 
   // Query heads per KV head (GQA group size).
   HFA_HOST_DEVICE int group_size() const { return heads_q / heads_kv; }

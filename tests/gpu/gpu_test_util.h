@@ -79,6 +79,7 @@ inline check::Config matrix_config(const MatrixParam& p, const ShapeCase& s) {
   c.kernel = p.kernel;
   c.dtype = p.dtype;
   c.fp8_out_dtype = p.fp8_out_dtype;
+  if (p.dtype == DType::kE4M3) check::use_kernel_inputs(&c, p.kernel);
   c.head_dim = p.head_dim;
   c.causal = p.causal;
   c.batch = s.batch;

@@ -81,6 +81,14 @@ TEST_F(Fp8ErrorsTouchNothing, MissingDescale) {
   expect_untouched(forward(a), StatusCode::kInvalidArgument);
 }
 
+TEST_F(Fp8ErrorsTouchNothing, K8RefusesPerHeadDescales) {
+  ForwardArgs a = buf.forward_args();
+  a.kernel = "k8";
+  const Status st = forward(a);
+  EXPECT_NE(st.message.find("k8"), std::string::npos) << st.message;
+  expect_untouched(st, StatusCode::kUnsupported);
+}
+
 TEST_F(Fp8ErrorsTouchNothing, E4m3Output) {
   ForwardArgs a = buf.forward_args();
   a.out.dtype = DType::kE4M3;

@@ -48,7 +48,7 @@ class PerKernel : public ::testing::TestWithParam<std::string> {
   check::Config small(int seqlen_q, int seqlen_k, int heads_q, int heads_kv) const {
     check::Config c;
     c.kernel = GetParam();
-    if (is_fp8_kernel(c.kernel)) c.dtype = DType::kE4M3;
+    check::use_kernel_inputs(&c, c.kernel);
     c.head_dim = compiled_head_dims()[0];
     c.seqlen_q = seqlen_q;
     c.seqlen_k = seqlen_k;

@@ -106,11 +106,6 @@ int main(int argc, char** argv) {
                            : dtype_name == "e4m3" ? hfa::DType::kE4M3
                                                   : hfa::DType::kBF16;
   const bool dtype_given = app.count("--dtype") > 0 || std::getenv("DTYPE") != nullptr;
-  auto is_fp8_kernel = [&](const std::string& name) {
-    for (const hfa::KernelInfo& info : hfa::list_kernels())
-      if (info.name == name) return info.fp8;
-    return false;
-  };
   std::vector<hfa::check::Config> configs;
   if (sweep) {
     configs = hfa::bench::sweep_configs(dtype, sweep_dims);
@@ -134,8 +129,12 @@ int main(int argc, char** argv) {
   for (hfa::check::Config c : configs)
     for (const std::string& k : kernels) {
       c.kernel = k;
-      // An FP8 kernel gets e4m3 inputs unless --dtype says otherwise (then it refuses by name).
-      c.dtype = !dtype_given && !opt.backward && is_fp8_kernel(k) ? hfa::DType::kE4M3 : dtype;
+      c.dtype = dtype;
+      c.fp8_block_scales = false;
+      // An FP8 kernel gets its inputs (e4m3, per-head or block descales) unless --dtype says
+      // otherwise (then it refuses by name).
+      if ((!dtype_given && !opt.backward) || dtype == hfa::DType::kE4M3)
+        hfa::check::use_kernel_inputs(&c, k);
       c.fp8_out_dtype = out_dtype_name == "fp16" ? hfa::DType::kFP16 : hfa::DType::kBF16;
       hfa::bench::Row row = hfa::bench::run_config(c, opt, opt.seed + 7919 * n);
       ++n;

@@ -8,13 +8,13 @@ so ``torch.compile(fullgraph=True)`` traces it without graph breaks, and it is d
 its backward is ``hfa::attention_bwd`` (the library's backward kernel, "auto"). Errors are the
 C++ library's validation messages, raised as ValueError.
 """
-from typing import List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
 from . import _C  # the compiled binding; loads libhfa.so shipped next to it
 
-__all__ = ["attention", "list_kernels", "select_kernel"]
+__all__ = ["attention", "quantize_fp8", "Fp8Inputs", "list_kernels", "select_kernel"]
 
 
 def _check_rank(q: torch.Tensor) -> None:
@@ -39,17 +39,20 @@ def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
                    softmax_scale: Optional[float], kernel: str,
                    q_descale: Optional[torch.Tensor] = None, k_descale: Optional[torch.Tensor] = None,
                    v_descale: Optional[torch.Tensor] = None,
-                   out_dtype: Optional[torch.dtype] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                   out_dtype: Optional[torch.dtype] = None,
+                   q_block_descale: Optional[torch.Tensor] = None,
+                   k_block_descale: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     _check_rank(q)
     out = torch.empty(q.shape, dtype=_out_dtype(q, out_dtype), device=q.device)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-    _C.forward(q, k, v, out, lse, causal, softmax_scale, kernel, q_descale, k_descale, v_descale)
+    _C.forward(q, k, v, out, lse, causal, softmax_scale, kernel, q_descale, k_descale, v_descale,
+               q_block_descale, k_block_descale)
     return out, lse
 
 
 @_attention_fwd.register_fake
 def _(q, k, v, causal, softmax_scale, kernel, q_descale=None, k_descale=None, v_descale=None,
-      out_dtype=None):
+      out_dtype=None, q_block_descale=None, k_block_descale=None):
     _check_rank(q)
     out = q.new_empty(q.shape, dtype=_out_dtype(q, out_dtype))
     lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
@@ -86,9 +89,9 @@ def _backward(ctx, dout, dlse):
                                   "supported; use lse only outside the differentiated graph")
     q, k, v, out, lse = ctx.saved_tensors
     if dout is None:
-        return (None,) * 10
+        return (None,) * 12
     dq, dk, dv = torch.ops.hfa.attention_bwd(q, k, v, out, dout, lse, ctx.causal, ctx.softmax_scale)
-    return (dq, dk, dv) + (None,) * 7
+    return (dq, dk, dv) + (None,) * 9
 
 
 _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -98,7 +101,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
               softmax_scale: Optional[float] = None, kernel: str = "auto",
               return_lse: bool = False, q_descale: Optional[torch.Tensor] = None,
               k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None,
-              out_dtype: Optional[torch.dtype] = None):
+              out_dtype: Optional[torch.dtype] = None,
+              q_block_descale: Optional[torch.Tensor] = None,
+              k_block_descale: Optional[torch.Tensor] = None):
     """softmax(softmax_scale * q k^T [+ causal mask]) v.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim); bf16,
@@ -111,13 +116,84 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     FP8: q, k, v as torch.float8_e4m3fn with q_descale, k_descale, v_descale, each fp32
     (batch, heads_kv): the real q of query head h is q * q_descale[:, h // (heads_q // heads_kv)]
     (FlashAttention-3's convention). out is bfloat16, or float16 with out_dtype=torch.float16.
-    Forward only (k7).
+    Block quantization (k8) instead: q_block_descale fp32 (batch, heads_q, ceil(seqlen_q / 128))
+    and k_block_descale (batch, heads_kv, ceil(seqlen_k / 128)) in place of q_descale and
+    k_descale. quantize_fp8() makes either from bf16/fp16 tensors. Forward only (k7, k8).
 
     Differentiable with respect to q, k and v (bf16/fp16).
     """
     out, lse = torch.ops.hfa.attention_fwd(q, k, v, causal, softmax_scale, kernel, q_descale,
-                                           k_descale, v_descale, out_dtype)
+                                           k_descale, v_descale, out_dtype, q_block_descale,
+                                           k_block_descale)
     return (out, lse) if return_lse else out
+
+
+def _quantized_shapes(q, k, block):
+    b, sq, hq, _ = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    blocks = lambda s: (s + 127) // 128
+    qs = (b, hq, blocks(sq)) if block else (b, hk)
+    ks = (b, hk, blocks(sk)) if block else (b, hk)
+    return qs, ks, (b, hk)
+
+
+@torch.library.custom_op("hfa::quantize_fp8", mutates_args=())
+def _quantize_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: bool, hadamard: bool,
+                  hadamard_seed: int, subtract_mean_key: bool) -> Tuple[torch.Tensor, torch.Tensor,
+                                                                         torch.Tensor, torch.Tensor,
+                                                                         torch.Tensor, torch.Tensor]:
+    _check_rank(q)
+    _check_rank(k)
+    e4m3 = torch.float8_e4m3fn
+    q8, k8, v8 = (torch.empty(t.shape, dtype=e4m3, device=q.device) for t in (q, k, v))
+    qs, ks, vs = (torch.empty(s, dtype=torch.float32, device=q.device)
+                  for s in _quantized_shapes(q, k, block))
+    _C.quantize_fp8(q, k, v, q8, k8, v8, qs, ks, vs, block, hadamard, hadamard_seed,
+                    subtract_mean_key)
+    return q8, k8, v8, qs, ks, vs
+
+
+@_quantize_fp8.register_fake
+def _(q, k, v, block, hadamard, hadamard_seed, subtract_mean_key):
+    _check_rank(q)
+    _check_rank(k)
+    e4m3 = torch.float8_e4m3fn
+    shapes = _quantized_shapes(q, k, block)
+    return (q.new_empty(q.shape, dtype=e4m3), k.new_empty(k.shape, dtype=e4m3),
+            v.new_empty(v.shape, dtype=e4m3)) + tuple(q.new_empty(s, dtype=torch.float32) for s in shapes)
+
+
+class Fp8Inputs(NamedTuple):
+    """What quantize_fp8 returns: hfa.attention(x.q, x.k, x.v, **x.descales)."""
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    descales: Dict[str, torch.Tensor]
+
+
+def quantize_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hadamard: bool = True,
+                 block: bool = True, hadamard_seed: int = 0,
+                 subtract_mean_key: bool = False) -> Fp8Inputs:
+    """bf16/fp16 q, k, v -> float8_e4m3fn tensors and the descales hfa.attention takes.
+
+    Each scale group (per (batch, KV head), or with block=True per 128 rows of each head of q and
+    k) is scaled so its largest |value| becomes 448; v's descale is per (batch, KV head).
+    hadamard: q and k times the same random orthogonal Hadamard transform along head_dim (signs
+    from hadamard_seed), which leaves q k^T unchanged and spreads outlier channels, lowering the
+    FP8 error. subtract_mean_key: k minus its mean over the sequence (per batch and KV head); the
+    attention output is unchanged but the LSE of each row drops by softmax_scale * q . mean.
+    head_dim 64, 128 or 256. Usage::
+
+        x = hfa.quantize_fp8(q, k, v)
+        out = hfa.attention(x.q, x.k, x.v, causal=True, **x.descales)
+    """
+    q8, k8, v8, qs, ks, vs = torch.ops.hfa.quantize_fp8(q, k, v, block, hadamard, hadamard_seed,
+                                                        subtract_mean_key)
+    if block:
+        descales = {"q_block_descale": qs, "k_block_descale": ks, "v_descale": vs}
+    else:
+        descales = {"q_descale": qs, "k_descale": ks, "v_descale": vs}
+    return Fp8Inputs(q8, k8, v8, descales)
 
 
 def list_kernels() -> List[dict]:

@@ -45,9 +45,10 @@ cudaError_t dispatch_dtype_head_dim(const FwdProblem& p, cudaStream_t stream) {
 // and the launch is the same for all: dispatch on (dtype, head_dim), report CUDA errors by name.
 template <class Family>
 KernelEntry make_entry(const char* description, const char* supports, int auto_priority,
-                       bool fp8 = false) {
+                       bool fp8 = false, bool fp8_block_scales = false) {
   KernelEntry e;
   e.fp8 = fp8;
+  e.fp8_block_scales = fp8_block_scales;
   e.name = Family::kName;
   e.description = description;
   e.supports = supports;

@@ -13,6 +13,9 @@
 //  3. The softmax takes P = exp2(s - max + 8) (OnlineSoftmax's kPOffsetLog2): P <= 256 fits e4m3
 //     (max 448) and small P stay normal numbers instead of flushing to zero.
 //  4. The descales: q_descale * k_descale joins the softmax scale, v_descale the epilogue's 1/l.
+//     K8 is this kernel with the BlockDescale policy: a descale per 128-row Q tile and per 128
+//     keys, so the scores' scale changes from KV tile to KV tile and S is scaled before the
+//     softmax instead of inside its exponent (one multiply per score).
 // O is stored from registers (K6's staging through shared memory is not built here yet).
 #pragma once
 
@@ -42,9 +45,46 @@ constexpr int kProducerRegisters = 56, kConsumerRegisters = 224;
 constexpr int kTransposeThreads = 96;
 constexpr long long kL2GroupBytes = 24LL << 20;  // as K6
 
+// The scores' dequantization, a policy of the kernel: tile_scale_log2(n) is the factor of KV tile
+// n's scores (softmax scale * Q's descale * K's descale * log2(e)).
+struct PerHeadDescale {  // k7: one factor per (batch, KV head), folded into exp2's FFMA
+  static constexpr bool kFoldScale = true;
+  float scale_log2;
+  template <int kBlockM, int kBlockN>
+  __device__ PerHeadDescale(const FwdProblem& p, const sm90::BlockCoord& bc, int hk,
+                            std::integral_constant<int, kBlockM>, std::integral_constant<int, kBlockN>)
+      : scale_log2(p.softmax_scale * p.q_descale.at(bc.batch, hk) * p.k_descale.at(bc.batch, hk) *
+                   sm90::kLog2e) {}
+  __device__ float tile_scale_log2(int) const { return scale_log2; }
+};
+
+struct BlockDescale {  // k8: Q's descale per 128-row tile, K's per 128 keys (kFp8ScaleBlock)
+  static constexpr bool kFoldScale = false;  // the factor changes between KV tiles
+  float q_scale_log2;
+  const float* k_scales;  // this (batch, KV head)'s row of k_block_descale
+  int64_t block_stride;
+  int tiles_per_block_log2;
+  template <int kBlockM, int kBlockN>
+  __device__ BlockDescale(const FwdProblem& p, const sm90::BlockCoord& bc, int hk,
+                          std::integral_constant<int, kBlockM>, std::integral_constant<int, kBlockN>)
+      : q_scale_log2(p.softmax_scale * p.q_block_descale.at(bc.batch, bc.head, bc.m_block) * sm90::kLog2e),
+        k_scales(&p.k_block_descale.data[bc.batch * p.k_block_descale.batch_stride +
+                                         hk * p.k_block_descale.head_stride]),
+        block_stride(p.k_block_descale.block_stride),
+        tiles_per_block_log2(kBlockN == kFp8ScaleBlock ? 0 : 1) {
+    static_assert(kBlockM == kFp8ScaleBlock, "a Q tile must be one Q scale block");
+    static_assert(kBlockN == kFp8ScaleBlock || 2 * kBlockN == kFp8ScaleBlock,
+                  "a KV tile must lie in one K scale block");
+  }
+  __device__ float tile_scale_log2(int n_tile) const {
+    return q_scale_log2 * k_scales[(n_tile >> tiles_per_block_log2) * block_stride];
+  }
+};
+
 // The launch-facing tile configuration (what sm90::launch_attention reads) and the shared memory.
-template <typename T, int D>
+template <typename T, int D, class ScalesPolicy>
 struct K7Config {
+  using Scales = ScalesPolicy;
   using E = cute::float_e4m3_t;
   using Out = T;
   static constexpr int kConsumerWarpgroups = 2;
@@ -107,8 +147,9 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   const sm90::KvRange range = sm90::AttentionMask::range(p, q0, kBlockM, kBlockN);
   const sm90::AttentionMask mask(p);
   const int hk = bc.head / p.group_size();
-  const float qk_descale = p.q_descale.at(bc.batch, hk) * p.k_descale.at(bc.batch, hk);
-  const float scale_log2 = p.softmax_scale * qk_descale * sm90::kLog2e;
+  using Scales = typename Config::Scales;
+  const Scales scales(p, bc, hk, std::integral_constant<int, kBlockM>{},
+                      std::integral_constant<int, kBlockN>{});
 
   typename Config::MmaQK mma_qk;
   typename Config::MmaPV mma_pv;
@@ -123,8 +164,9 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   Tensor c_rc = sm90::as_rowcol(tScS);
   Tensor o_rc = sm90::as_rowcol(tOrO);
   constexpr int kRows = decltype(size<0>(o_rc))::value;
-  constexpr bool kFoldScale = true;
-  sm90::OnlineSoftmax<kRows, kFoldScale, /*kLazyRescale=*/false, /*kPOffsetLog2=*/8> softmax(scale_log2);
+  constexpr bool kFoldScale = Scales::kFoldScale;
+  sm90::OnlineSoftmax<kRows, kFoldScale, /*kLazyRescale=*/false, /*kPOffsetLog2=*/8> softmax(
+      scales.tile_scale_log2(0));
   float alpha[kRows];
   clear(tOrO);
 
@@ -139,7 +181,8 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_pv, tOrP, tOrV, tOrO);
   };
   // S of `tile` (K stage `st`) has landed: release K_j (and Q after the last), mask, softmax.
-  auto softmax_of = [&](int tile, const typename Pipeline::State& st) {
+  // scale_log2: the tile's (Scales::tile_scale_log2, read before S is waited for).
+  auto softmax_of = [&](int tile, const typename Pipeline::State& st, float scale_log2) {
     Pipeline::consumer_release(ss.pipeline_k, st);
     if (tile == range.n_tiles - 1) QPipeline::consumer_release(ss.q_pipeline, q);
     sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, tile >= range.n_unmasked, q0,
@@ -156,12 +199,13 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     turns.end();
     warpgroup_wait<0>();
     sm90::fence_after_wait(tSrS);
-    softmax_of(0, kv);
+    softmax_of(0, kv, scales.tile_scale_log2(0));
     sm90::convert_to_fp8_a_operand(tSrS, tOrP);
     prev = kv;
     kv.advance();
   }
   for (int tile = 1; tile < range.n_tiles; ++tile) {
+    const float scale_log2 = scales.tile_scale_log2(tile);
     Pipeline::consumer_wait(ss.pipeline_k, kv);
     turns.begin();
     issue_qk(kv);
@@ -170,7 +214,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     turns.end();
     warpgroup_wait<1>();
     sm90::fence_after_wait(tSrS);
-    softmax_of(tile, kv);
+    softmax_of(tile, kv, scale_log2);
     warpgroup_wait<0>();
     sm90::fence_after_wait(tOrO, tOrP);
     Pipeline::consumer_release(ss.pipeline_vt, prev);
@@ -286,9 +330,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, class Scales>
 cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
-  using Config = K7Config<T, D>;
+  using Config = K7Config<T, D, Scales>;
   static_assert(Config::kSmemBytes <= smem_bytes(D), "k7_launch.h's smem_bytes() must bound the kernel's");
   return sm90::launch_persistent<Config>(k7_forward_kernel<Config>, kThreads, /*element_bytes=*/1,
                                          kL2GroupBytes, p, stream);

@@ -31,8 +31,15 @@ constexpr size_t smem_bytes(int head_dim) {
 static_assert(smem_bytes(64) <= 232448 && smem_bytes(128) <= 232448 && smem_bytes(256) <= 232448,
               "a k7 tile shape exceeds 227 KB of shared memory");
 
+// How the scores are dequantized (k7_kernel.cuh defines both):
+//   PerHeadDescale (k7): q_descale * k_descale per (batch, KV head), folded into the exponent;
+//   BlockDescale (k8):   q_block_descale per 128-row Q tile times k_block_descale per 128 keys,
+//                        applied to S tile by tile (FwdProblem::fp8_block_scales).
+struct PerHeadDescale;
+struct BlockDescale;
+
 // T: the output's element type (bf16 or fp16); the inputs are e4m3.
-template <typename T, int D>
-cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream);  // k7_hdim<D>.cu
+template <typename T, int D, class Scales = PerHeadDescale>
+cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream);  // k7_hdim<D>.cu, k8
 
 }  // namespace hfa::k7

@@ -74,11 +74,12 @@ void set_common_args(Args* args, const at::Tensor& q, const at::Tensor& k, const
 }
 
 // Writes out (and lse, if given) in place; the Python custom op allocates them. The descales:
-// fp32 (batch, heads_kv), with float8_e4m3fn q/k/v only.
+// fp32 (batch, heads_kv), or the block descales (ForwardArgs), with float8_e4m3fn q/k/v only.
 void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
              std::optional<at::Tensor> lse, bool causal, std::optional<double> softmax_scale,
              const std::string& kernel, std::optional<at::Tensor> q_descale,
-             std::optional<at::Tensor> k_descale, std::optional<at::Tensor> v_descale) {
+             std::optional<at::Tensor> k_descale, std::optional<at::Tensor> v_descale,
+             std::optional<at::Tensor> q_block_descale, std::optional<at::Tensor> k_block_descale) {
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
   hfa::ForwardArgs args;
@@ -87,7 +88,33 @@ void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::
   if (q_descale) args.q_descale = to_view(*q_descale, "q_descale", device);
   if (k_descale) args.k_descale = to_view(*k_descale, "k_descale", device);
   if (v_descale) args.v_descale = to_view(*v_descale, "v_descale", device);
+  if (q_block_descale) args.q_block_descale = to_view(*q_block_descale, "q_block_descale", device);
+  if (k_block_descale) args.k_block_descale = to_view(*k_block_descale, "k_block_descale", device);
   throw_if_error(hfa::forward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
+}
+
+// hfa::quantize_fp8 into preallocated e4m3 tensors and fp32 descales (the Python op allocates).
+void quantize_fp8(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& q_out,
+                  at::Tensor& k_out, at::Tensor& v_out, at::Tensor& q_descale, at::Tensor& k_descale,
+                  at::Tensor& v_descale, bool block, bool hadamard, int64_t hadamard_seed,
+                  bool subtract_mean_key) {
+  const at::Device device = cuda_device_of(q);
+  const c10::cuda::CUDAGuard guard(device);
+  hfa::QuantizeFp8Args args;
+  args.q = to_view(q, "q", device);
+  args.k = to_view(k, "k", device);
+  args.v = to_view(v, "v", device);
+  args.q_out = to_view(q_out, "q_out", device);
+  args.k_out = to_view(k_out, "k_out", device);
+  args.v_out = to_view(v_out, "v_out", device);
+  args.q_descale = to_view(q_descale, "q_descale", device);
+  args.k_descale = to_view(k_descale, "k_descale", device);
+  args.v_descale = to_view(v_descale, "v_descale", device);
+  args.block = block;
+  args.hadamard = hadamard;
+  args.hadamard_seed = static_cast<uint64_t>(hadamard_seed);
+  args.subtract_mean_key = subtract_mean_key;
+  throw_if_error(hfa::quantize_fp8(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
 }
 
 // Writes dq, dk, dv in place; the Python custom op allocates them.
@@ -126,6 +153,7 @@ pybind11::list list_kernels() {
     d["description"] = k.description;
     d["supports"] = k.supports;
     d["fp8"] = k.fp8;
+    d["fp8_block_scales"] = k.fp8_block_scales;
     out.append(d);
   }
   return out;
@@ -137,6 +165,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "hfa: exact attention for NVIDIA GPUs (the C++ library's thin torch binding)";
   m.def("forward", &forward, "attention forward into preallocated out (and lse)");
   m.def("backward", &backward, "attention backward into preallocated dq, dk, dv");
+  m.def("quantize_fp8", &quantize_fp8, "bf16/fp16 q, k, v -> e4m3 and descales, in place");
   m.def("select_kernel", &select_kernel, "the kernel 'auto' runs for these arguments");
   m.def("list_kernels", &list_kernels, "every kernel of the library");
 }
