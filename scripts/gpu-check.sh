@@ -109,7 +109,7 @@ if [[ " $steps " == *" sanitize "* ]]; then
     # quantize_fp8's passes (and the k7/k8 forward of their outputs): its GPU tests.
     if [[ " ${SANITIZE_KERNELS:-quantize_fp8} " == *" quantize_fp8 "* ]]; then
       step "sanitize-$tool-quantize_fp8" compute-sanitizer --tool "$tool" --error-exitcode 3 \
-        "$build/tests/hfa_gpu_tests" --gtest_filter='QuantizeFp8*'
+        "$build/tests/hfa_gpu_tests" --gtest_filter='*QuantizeFp8*'
     fi
   done
 fi
