@@ -14,8 +14,8 @@
 //     (max 448) and small P stay normal numbers instead of flushing to zero.
 //  4. The descales: q_descale * k_descale joins the softmax scale, v_descale the epilogue's 1/l.
 //     K8 is this kernel with the BlockDescale policy: a descale per 128-row Q tile and per 128
-//     keys, so the scores' scale changes from KV tile to KV tile and S is scaled before the
-//     softmax instead of inside its exponent (one multiply per score).
+//     keys, so the scores' scale changes from KV tile to KV tile; the softmax keeps its running
+//     max scaled (OnlineSoftmax's kTileFactor) and still folds the scale into exp2's FFMA.
 // O is stored from registers (K6's staging through shared memory is not built here yet).
 #pragma once
 
@@ -49,6 +49,7 @@ constexpr long long kL2GroupBytes = 24LL << 20;  // as K6
 // n's scores (softmax scale * Q's descale * K's descale * log2(e)).
 struct PerHeadDescale {  // k7: one factor per (batch, KV head), folded into exp2's FFMA
   static constexpr bool kFoldScale = true;
+  static constexpr bool kTileFactor = false;
   float scale_log2;
   template <int kBlockM, int kBlockN>
   __device__ PerHeadDescale(const FwdProblem& p, const sm90::BlockCoord& bc, int hk,
@@ -59,7 +60,8 @@ struct PerHeadDescale {  // k7: one factor per (batch, KV head), folded into exp
 };
 
 struct BlockDescale {  // k8: Q's descale per 128-row tile, K's per 128 keys (kFp8ScaleBlock)
-  static constexpr bool kFoldScale = false;  // the factor changes between KV tiles
+  static constexpr bool kFoldScale = true;
+  static constexpr bool kTileFactor = true;  // the factor changes between KV tiles
   float q_scale_log2;
   const float* k_scales;  // this (batch, KV head)'s row of k_block_descale
   int64_t block_stride;
@@ -165,8 +167,9 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   Tensor o_rc = sm90::as_rowcol(tOrO);
   constexpr int kRows = decltype(size<0>(o_rc))::value;
   constexpr bool kFoldScale = Scales::kFoldScale;
-  sm90::OnlineSoftmax<kRows, kFoldScale, /*kLazyRescale=*/false, /*kPOffsetLog2=*/8> softmax(
-      scales.tile_scale_log2(0));
+  sm90::OnlineSoftmax<kRows, kFoldScale, /*kLazyRescale=*/false, /*kPOffsetLog2=*/8,
+                      Scales::kTileFactor>
+      softmax(scales.tile_scale_log2(0));
   float alpha[kRows];
   clear(tOrO);
 
@@ -187,6 +190,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     if (tile == range.n_tiles - 1) QPipeline::consumer_release(ss.q_pipeline, q);
     sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, tile >= range.n_unmasked, q0,
                                      tile * kBlockN, scale_log2);
+    if constexpr (Scales::kTileFactor) softmax.set_factor(scale_log2);
     softmax.update_scores(s_rc, alpha);
   };
 

@@ -27,8 +27,13 @@ constexpr float kLn2 = 0.6931471805599453f;
 // of [0, 1]; for e4m3 P (max 448, normals from 2^-6) 8 keeps every P <= 256 and moves the P that
 // would be subnormal or flushed to zero into the normal range. The row sum carries the same
 // factor, so O / sum and the LSE (finalize subtracts it) are unchanged.
-template <int kRows, bool kFoldScale, bool kLazyRescale = false, int kPOffsetLog2 = 0>
+// kTileFactor (K8): the scores' scale may change from tile to tile (set_factor before each
+// update_scores), so the running max is kept scaled (row_max * factor would mix scales) and each
+// tile's raw max is scaled once per row; P is still one FFMA + exp2 per score. Needs kFoldScale.
+template <int kRows, bool kFoldScale, bool kLazyRescale = false, int kPOffsetLog2 = 0,
+          bool kTileFactor = false>
 struct OnlineSoftmax {
+  static_assert(!kTileFactor || (kFoldScale && !kLazyRescale), "a per-tile factor is folded, not lazy");
   static_assert(!(kLazyRescale && kPOffsetLog2 > 0), "a lazy reference lets P exceed 2^offset");
   static constexpr float kLazyRescaleLog2 = 8.f;
   float row_max[kRows];  // running max of the scores as update_scores gets them (quad-uniform)
@@ -53,33 +58,61 @@ struct OnlineSoftmax {
     rescale(o, alpha);
   }
 
+  // The scores' factor for the next update_scores (kTileFactor): scale * log2(e) of that tile,
+  // or 1 when scale_and_mask applied a non-positive scale itself.
+  __device__ __forceinline__ void set_factor(float scale_log2) {
+    static_assert(kTileFactor);
+    factor = exponent_factor(scale_log2);
+  }
+
   // The first half of update, for kernels that rescale O later (K6: O is still being accumulated
   // by the previous tile's P V while this runs). alpha: each row's exp2(old max - new max).
   template <class TS>
   __device__ __forceinline__ void update_scores(TS& s, float (&alpha)[kRows]) {
     using namespace cute;
     static_assert(size<0>(typename std::decay_t<TS>::layout_type{}) == kRows);
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      float mx = running_max(s, r);
-      if constexpr (kLazyRescale) {  // keep the reference max unless it grew by enough
-        if (row_max[r] != -INFINITY && (mx - row_max[r]) * factor <= kLazyRescaleLog2) mx = row_max[r];
-      }
-      // The scaled max; no key seen yet: 0, to avoid -inf - -inf.
-      const float m_safe = mx == -INFINITY ? 0.f : mx * factor;
-      alpha[r] = exp2_approx(fmaf(row_max[r], factor, -m_safe));
-      if constexpr (kLazyRescale) {
-        if (mx == row_max[r] && mx != -INFINITY) alpha[r] = 1.f;  // exactly: O keeps its scale
-      }
-      row_max[r] = mx;
-      const float m_p = m_safe - static_cast<float>(kPOffsetLog2);
-      float sum = 0.f;
+    if constexpr (kTileFactor) {  // row_max is kept scaled
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) {
-        s(r, c) = exp2_approx(fmaf(s(r, c), factor, -m_p));
-        sum += s(r, c);
+      for (int r = 0; r < kRows; ++r) {
+        float tile_max = -INFINITY;
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(s); ++c) tile_max = fmaxf(tile_max, s(r, c));
+        const float mx = fmaxf(row_max[r], quad_max(tile_max) * factor);  // factor > 0
+        const float m_safe = mx == -INFINITY ? 0.f : mx;
+        alpha[r] = exp2_approx(row_max[r] - m_safe);
+        row_max[r] = mx;
+        const float m_p = m_safe - static_cast<float>(kPOffsetLog2);
+        float sum = 0.f;
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(s); ++c) {
+          s(r, c) = exp2_approx(fmaf(s(r, c), factor, -m_p));
+          sum += s(r, c);
+        }
+        row_sum[r] = row_sum[r] * alpha[r] + sum;
       }
-      row_sum[r] = row_sum[r] * alpha[r] + sum;
+    } else {
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        float mx = running_max(s, r);
+        if constexpr (kLazyRescale) {  // keep the reference max unless it grew by enough
+          if (row_max[r] != -INFINITY && (mx - row_max[r]) * factor <= kLazyRescaleLog2) mx = row_max[r];
+        }
+        // The scaled max; no key seen yet: 0, to avoid -inf - -inf.
+        const float m_safe = mx == -INFINITY ? 0.f : mx * factor;
+        alpha[r] = exp2_approx(fmaf(row_max[r], factor, -m_safe));
+        if constexpr (kLazyRescale) {
+          if (mx == row_max[r] && mx != -INFINITY) alpha[r] = 1.f;  // exactly: O keeps its scale
+        }
+        row_max[r] = mx;
+        const float m_p = m_safe - static_cast<float>(kPOffsetLog2);
+        float sum = 0.f;
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(s); ++c) {
+          s(r, c) = exp2_approx(fmaf(s(r, c), factor, -m_p));
+          sum += s(r, c);
+        }
+        row_sum[r] = row_sum[r] * alpha[r] + sum;
+      }
     }
   }
 
@@ -180,7 +213,8 @@ struct OnlineSoftmax {
     for (int r = 0; r < kRows; ++r) {
       const float l = quad_sum(row_sum[r]);
       inv[r] = l > 0.f ? 1.f / l : 0.f;
-      lse[r] = l > 0.f ? (row_max[r] * factor + log2f(l) - static_cast<float>(kPOffsetLog2)) * kLn2
+      const float m = kTileFactor ? row_max[r] : row_max[r] * factor;
+      lse[r] = l > 0.f ? (m + log2f(l) - static_cast<float>(kPOffsetLog2)) * kLn2
                        : -INFINITY;
     }
   }
