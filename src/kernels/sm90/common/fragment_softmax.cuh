@@ -81,14 +81,7 @@ struct OnlineSoftmax {
         const float m_safe = mx == -INFINITY ? 0.f : mx;
         alpha[r] = exp2_approx(row_max[r] - m_safe);
         row_max[r] = mx;
-        const float m_p = m_safe - static_cast<float>(kPOffsetLog2);
-        float sum = 0.f;
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(s); ++c) {
-          s(r, c) = exp2_approx(fmaf(s(r, c), factor, -m_p));
-          sum += s(r, c);
-        }
-        row_sum[r] = row_sum[r] * alpha[r] + sum;
+        exponentiate_row(s, r, m_safe, alpha[r]);
       }
     } else {
       CUTE_UNROLL
@@ -104,14 +97,7 @@ struct OnlineSoftmax {
           if (mx == row_max[r] && mx != -INFINITY) alpha[r] = 1.f;  // exactly: O keeps its scale
         }
         row_max[r] = mx;
-        const float m_p = m_safe - static_cast<float>(kPOffsetLog2);
-        float sum = 0.f;
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(s); ++c) {
-          s(r, c) = exp2_approx(fmaf(s(r, c), factor, -m_p));
-          sum += s(r, c);
-        }
-        row_sum[r] = row_sum[r] * alpha[r] + sum;
+        exponentiate_row(s, r, m_safe, alpha[r]);
       }
     }
   }
@@ -164,6 +150,20 @@ struct OnlineSoftmax {
     }
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) row_sum[r] += sum[r];
+  }
+
+  // Row r of s becomes P = exp2(s * factor - m_safe + kPOffsetLog2); the row sum is rescaled by
+  // alpha and takes P's sum (this thread's columns).
+  template <class TS>
+  __device__ __forceinline__ void exponentiate_row(TS& s, int r, float m_safe, float alpha) {
+    const float m_p = m_safe - static_cast<float>(kPOffsetLog2);
+    float sum = 0.f;
+    CUTE_UNROLL
+    for (int c = 0; c < cute::size<1>(s); ++c) {
+      s(r, c) = exp2_approx(fmaf(s(r, c), factor, -m_p));
+      sum += s(r, c);
+    }
+    row_sum[r] = row_sum[r] * alpha + sum;
   }
 
   // Row r's max over the running max and this tile's scores (quad-reduced: the 4 threads of a row).
