@@ -121,7 +121,8 @@ struct ForwardArgs {
   // arguments is an error, never a silent fallback.
   std::string kernel = "auto";
 
-  // FP8 (e4m3 q, k, v) only, and then all three required: fp32 (batch, heads_kv) dequantization
+  // FP8 (e4m3 q, k, v) only, and then all three required (q_descale and k_descale unless the
+  // block descales below are given; v_descale always): fp32 (batch, heads_kv) dequantization
   // factors, as FlashAttention-3 takes them: the real Q of query head h in batch b is
   // q * q_descale[b][h / (heads_q / heads_kv)], K is k * k_descale[b][h_kv], V is
   // v * v_descale[b][h_kv]. Any strides. Their values are read on the device and not checked: a
