@@ -35,6 +35,44 @@ def fa3_fp8_fn(cfg):
                                    k_descale=desc[1], v_descale=desc[2])
 
 
+def cudnn_fp8_fn(cfg):
+    """cuDNN's FP8 SDPA forward (nvidia-cudnn-frontend's graph API): e4m3 q/k/v in hfa's
+    (batch, seqlen, heads, d) memory, per-tensor fp32 descales; on Hopper cuDNN writes O in e4m3
+    (its output scale 1 here), not bf16 as hfa and FlashAttention-3 do."""
+    import cudnn
+    b, s, h, d = cfg["batch"], cfg["s"], cfg["heads"], cfg["d"]
+    q, k, v = ((torch.randn(b, s, h, d, device="cuda") * 64).to(torch.float8_e4m3fn) for _ in range(3))
+    o = torch.empty_like(q)
+    dims, strides = (b, h, s, d), (s * h * d, d, h * d, 1)  # cuDNN's (b, h, s, d) over BSHD memory
+    handle = cudnn.create_handle()
+    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
+    e4m3, f32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
+    g = cudnn.pygraph(io_data_type=e4m3, intermediate_data_type=f32, compute_data_type=f32, handle=handle)
+    tq, tk, tv = (g.tensor(name=n, dim=dims, stride=strides, data_type=e4m3) for n in ("q", "k", "v"))
+    scalars = {n: g.tensor(name=n, dim=(1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=f32)
+               for n in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")}
+    to, _, amax_s, amax_o = g.sdpa_fp8(q=tq, k=tk, v=tv, is_inference=True, attn_scale=d ** -0.5,
+                                       use_causal_mask=cfg["causal"], **scalars)
+    to.set_output(True).set_dim(dims).set_stride(strides).set_data_type(e4m3)
+    for t in (amax_s, amax_o):
+        t.set_output(True).set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1)).set_data_type(f32)
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans()
+    values = {"descale_q": 1 / 64, "descale_k": 1 / 64, "descale_v": 1 / 64, "descale_s": 1.0,
+              "scale_s": 1.0, "scale_o": 1.0}
+    pack = {tq: q, tk: k, tv: v, to: o,
+            amax_s: torch.empty(1, 1, 1, 1, device="cuda"), amax_o: torch.empty(1, 1, 1, 1, device="cuda")}
+    pack.update({scalars[n]: torch.full((1, 1, 1, 1), x, device="cuda") for n, x in values.items()})
+    workspace = torch.empty(g.get_workspace_size(), dtype=torch.uint8, device="cuda")
+    return lambda: g.execute(pack, workspace, handle=handle)
+
+
+PEERS = {"fa3_fp8": fa3_fp8_fn, "cudnn_fp8": cudnn_fp8_fn}
+
+
 def fp8_gemm_tflops(timer, n=8192):
     a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
     b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()
@@ -47,6 +85,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", required=True)
     ap.add_argument("--merge", nargs="*", default=[], help="hfa-bench --json files of the same run (k7, k8 rows)")
+    ap.add_argument("--peers", default="fa3_fp8,cudnn_fp8", help="comma-separated: " + ", ".join(PEERS))
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--max-seconds", type=float, default=6.0)
@@ -58,23 +97,25 @@ def main():
     print(f"cublas_gemm_fp8 8192^3: {tf:.1f} TFLOPS", flush=True)
     for cfg in sweep([64, 128, 256], [512, 1024, 2048, 4096, 8192, 16384]):
         flops = 4 * cfg["batch"] * cfg["heads"] * cfg["s"] ** 2 * cfg["d"] * (0.5 if cfg["causal"] else 1)
-        row = dict(impl="fa3_fp8", kind="fwd", dtype="e4m3", d=cfg["d"], causal=int(cfg["causal"]),
-                   seqlen_q=cfg["s"], seqlen_k=cfg["s"], batch=cfg["batch"], heads_q=cfg["heads"],
-                   heads_kv=cfg["heads"], check=None)
-        try:
-            ms, iters = timer.median_ms(fa3_fp8_fn(cfg))
-            row.update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12, iters=iters)
-        except Exception as e:  # a peer that cannot run is reported as such
-            row.update(ms=None, tflops=None, error=str(e)[:200])
-        rows.append(row)
-        print(row, flush=True)
-    peer = {(r["d"], r["causal"], r["seqlen_q"]): r for r in rows if r["impl"] == "fa3_fp8"}
+        for name in args.peers.split(","):
+            row = dict(impl=name, kind="fwd", dtype="e4m3", d=cfg["d"], causal=int(cfg["causal"]),
+                       seqlen_q=cfg["s"], seqlen_k=cfg["s"], batch=cfg["batch"], heads_q=cfg["heads"],
+                       heads_kv=cfg["heads"], check=None)
+            try:
+                ms, iters = timer.median_ms(PEERS[name](cfg))
+                row.update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12, iters=iters)
+            except Exception as e:  # a peer that cannot run is reported as such
+                row.update(ms=None, tflops=None, error=str(e)[:200])
+            rows.append(row)
+            print(row, flush=True)
+    peer_name = args.peers.split(",")[0]
+    peer = {(r["d"], r["causal"], r["seqlen_q"]): r for r in rows if r["impl"] == peer_name}
     for merge in args.merge:
         hfa_rows = json.load(open(merge))["rows"]
         rows += hfa_rows
         ratios = []
         impl = hfa_rows[0]["impl"] if hfa_rows else "?"
-        print(f"{'d':>4} {'causal':>6} {'s':>6} {impl:>8} {'fa3_fp8':>8} {'ratio':>6}")
+        print(f"{'d':>4} {'causal':>6} {'s':>6} {impl:>8} {peer_name:>9} {'ratio':>6}")
         for r in hfa_rows:
             p = peer.get((r["d"], int(r["causal"]), r["seqlen_q"]))
             if not p or not p.get("tflops") or not r.get("tflops"):
@@ -83,7 +124,7 @@ def main():
             print(f"{r['d']:>4} {int(r['causal']):>6} {r['seqlen_q']:>6} {r['tflops']:8.1f} {p['tflops']:8.1f} {ratios[-1]:6.3f}")
         if ratios:
             geo = math.exp(statistics.fmean(math.log(x) for x in ratios))
-            print(f"{r['impl']} / fa3_fp8: geomean {geo:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
+            print(f"{r['impl']} / {peer_name}: geomean {geo:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
     out = dict(gpu=torch.cuda.get_device_name(0), date=datetime.date.today().isoformat(),
                commit=os.environ.get("HFA_COMMIT", "unknown"),
                command="python bench_fp8_peers.py " + " ".join(sys.argv[1:]), rows=rows)
