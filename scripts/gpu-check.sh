@@ -152,15 +152,17 @@ fi
 if [[ " $steps " == *" peers-fp8 "* ]]; then
   # FlashAttention-3's FP8 forward and the FP8 GEMM next to the k7 sweep of this call (step
   # "sweep" with k7 in SWEEP_KERNELS first). The fa3_fwd wheel travels in .whl/ (README).
-  if ls "$root"/.whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/hfa-peers "$root"/.whl/*.whl \
+  # cuDNN's FP8 peer: the nvidia-cudnn-frontend wheel (cp312) in .whl-cudnn/ (64 MiB carry limit:
+  # it travels in a call of its own with --peers cudnn_fp8 in PEER_FP8_ARGS).
+  for w in "$root"/.whl/*.whl "$root"/.whl-cudnn/*.whl; do
+    [ -f "$w" ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/hfa-peers "$w" \
       && export PYTHONPATH=/tmp/hfa-peers:${PYTHONPATH:-}
-  fi
+  done
   merge=""
   for k in k7 k8; do [ -f "$out/sweep-$k.json" ] && merge="$merge $out/sweep-$k.json"; done
   [ -n "$merge" ] && merge="--merge $merge"
   step peers-fp8 bash -c "set -o pipefail; cd '$root/python' && PYTHONUNBUFFERED=1 python3 bench_fp8_peers.py \
-    $merge --json '$out/peers-fp8.json' | tee -a '$out/tables.txt'"
+    ${PEER_FP8_ARGS:---peers fa3_fp8} $merge --json '$out/peers-fp8.json' | tee -a '$out/tables.txt'"
 fi
 
 if [[ " $steps " == *" fp8-accuracy "* ]]; then
