@@ -9,10 +9,8 @@ and their geometric means. No hfa import: this runs on a machine with only torch
   python bench_fp8_peers.py --merge sweep-k7.json sweep-k8.json --json fp8-peers.json
 """
 import argparse
-import datetime
 import json
 import math
-import os
 import statistics
 
 import sys
@@ -23,7 +21,7 @@ import torch
 # bench_peers imports the hfa binding at the top, which this script does not need: a stand-in
 # module lets its timer and sweep be reused on a machine where the binding is not installed.
 sys.modules.setdefault("hfa", types.ModuleType("hfa"))
-from bench_peers import Timer, sweep  # noqa: E402
+from bench_peers import Timer, sweep, write_run_json  # noqa: E402
 
 
 def fa3_fp8_fn(cfg):
@@ -125,10 +123,7 @@ def main():
         if ratios:
             geo = math.exp(statistics.fmean(math.log(x) for x in ratios))
             print(f"{r['impl']} / {peer_name}: geomean {geo:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
-    out = dict(gpu=torch.cuda.get_device_name(0), date=datetime.date.today().isoformat(),
-               commit=os.environ.get("HFA_COMMIT", "unknown"),
-               command="python bench_fp8_peers.py " + " ".join(sys.argv[1:]), rows=rows)
-    json.dump(out, open(args.json, "w"), indent=1)
+    write_run_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -200,6 +200,20 @@ def plot(rows, path, kind="fwd"):
     fig.savefig(path, dpi=110)
 
 
+def write_run_json(path, rows):
+    """One run's JSON document (DESIGN.md schema): the GPU, the UTC time, the commit ($HFA_COMMIT,
+    else git's HEAD), the command line, the rows. Shared by every benchmark script."""
+    commit = os.environ.get("HFA_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+        cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
+    doc = dict(gpu=torch.cuda.get_device_name(),
+               date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+               commit=commit, command="python " + " ".join(sys.argv), rows=rows)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"{os.path.basename(sys.argv[0])}: wrote {path}", file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels", default="auto", help="comma-separated hfa kernels (see hfa.list_kernels())")
@@ -245,15 +259,7 @@ def main():
     kind = "bwd" if args.bwd else "fwd"
     print_table(rows, kernels, kind)
     if args.json:
-        commit = os.environ.get("HFA_COMMIT") or subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
-        doc = dict(gpu=torch.cuda.get_device_name(),
-                   date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                   commit=commit, command="python " + " ".join(sys.argv), rows=rows)
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=1)
-        print(f"bench_peers: wrote {args.json}", file=sys.stderr)
+        write_run_json(args.json, rows)
     if args.plot:
         plot(rows, args.plot, kind)
         print(f"bench_peers: wrote {args.plot}", file=sys.stderr)

@@ -9,14 +9,11 @@ head) quantization with and without the Hadamard transform, all in this run. Wri
   python fp8_accuracy.py --json fp8-accuracy.json
 """
 import argparse
-import datetime
-import json
-import os
-import sys
 
 import torch
 
 import hfa
+from bench_peers import write_run_json  # the run document, as every benchmark writes it
 
 
 def inputs(seed, b=2, s=4096, h=16, d=128):
@@ -82,10 +79,7 @@ def main():
     except Exception as e:  # a peer that cannot run is reported as such
         rows.append(dict(impl="fa3_fp8", kind="rmse", variant="per-tensor", rmse=None, error=str(e)[:200]))
         print("fa3_fp8 could not run:", e, flush=True)
-    out = dict(gpu=torch.cuda.get_device_name(0), date=datetime.date.today().isoformat(),
-               commit=os.environ.get("HFA_COMMIT", "unknown"),
-               command="python fp8_accuracy.py " + " ".join(sys.argv[1:]), rows=rows)
-    json.dump(out, open(args.json, "w"), indent=1)
+    write_run_json(args.json, rows)
 
 
 if __name__ == "__main__":
