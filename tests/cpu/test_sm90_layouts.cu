@@ -79,6 +79,80 @@ TEST(Sm90Layouts, Fp8KeyRenamingMatchesTheFragments) {
   }
 }
 
+// K7's V transpose (transpose_v_tile) emulated on the host with the PTX semantics of its three
+// instructions, for every tile shape k7 uses: each lane's precomputed addresses agree with
+// KMajorBytes, every (key, channel) of V lands at (channel, permuted_key_column(key)) of Vt, every
+// byte of Vt is written once, and no 8-lane phase of either instruction has a bank conflict.
+uint32_t host_prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  const uint64_t bytes = (uint64_t{b} << 32) | a;
+  uint32_t out = 0;
+  for (int k = 0; k < 4; ++k) out |= ((bytes >> (8 * ((sel >> (4 * k)) & 7))) & 0xff) << (8 * k);
+  return out;
+}
+uint16_t load_u16(const std::vector<uint8_t>& m, uint32_t at) { return m[at] | (m[at + 1] << 8); }
+
+// The 16-byte bank group of each lane of one 8-lane phase must differ.
+void expect_conflict_free(const uint32_t (&address)[32], const char* what) {
+  for (int phase = 0; phase < 4; ++phase) {
+    std::vector<int> used(8, 0);
+    for (int l = 8 * phase; l < 8 * phase + 8; ++l) ++used[address[l] % 128 / 16];
+    for (int g = 0; g < 8; ++g) EXPECT_LE(used[g], 1) << what << " phase " << phase;
+  }
+}
+
+template <int BlockN, int D>
+void expect_transpose_emulation() {
+  using Units = hfa::sm90::VTransposeUnits<BlockN, D>;
+  std::vector<uint8_t> v(BlockN * D), vt(BlockN * D, 0);
+  std::vector<int> writes(BlockN * D, 0);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+  for (uint32_t u = 0; u < Units::kUnits; ++u) {
+    const int key0 = 16 * (u % Units::kKeyGroups), col0 = 32 * (u / Units::kKeyGroups);
+    uint32_t src[32], dst[32], regs[32][4];
+    for (uint32_t l = 0; l < 32; ++l) {
+      src[l] = Units::src_offset(l, u);
+      dst[l] = Units::dst_offset(l, u);
+      ASSERT_EQ(src[l], (Units::Src::offset(key0 + Units::load_key(l), col0 + Units::load_col(l))));
+      ASSERT_EQ(dst[l], (Units::Dst::offset(col0 + Units::store_row(l), key0)));
+    }
+    expect_conflict_free(src, "ldmatrix");
+    expect_conflict_free(dst, "stmatrix");
+    for (int t = 0; t < 32; ++t) {
+      uint32_t r[4];
+      for (int m = 0; m < 4; ++m) {  // ldmatrix .trans: (row 2 (t % 4), col t / 4) and row + 1
+        const uint32_t lo = load_u16(v, src[8 * m + 2 * (t % 4)] + 2 * (t / 4));
+        const uint32_t hi = load_u16(v, src[8 * m + 2 * (t % 4) + 1] + 2 * (t / 4));
+        r[m] = lo | (hi << 16);
+      }
+      const bool swapped = t / 4 >= 4;
+      const uint32_t first = swapped ? 0x7531 : 0x6420, second = swapped ? 0x6420 : 0x7531;
+      regs[t][0] = host_prmt(r[0], r[1], first);
+      regs[t][1] = host_prmt(r[0], r[1], second);
+      regs[t][2] = host_prmt(r[2], r[3], first);
+      regs[t][3] = host_prmt(r[2], r[3], second);
+    }
+    for (int t = 0; t < 32; ++t)  // stmatrix: register m of lane t -> row t / 4, bytes 4 (t % 4)
+      for (int m = 0; m < 4; ++m)
+        for (int b = 0; b < 4; ++b) {
+          const uint32_t at = dst[8 * m + t / 4] + 4 * (t % 4) + b;
+          vt[at] = static_cast<uint8_t>(regs[t][m] >> (8 * b));
+          ++writes[at];
+        }
+  }
+  for (int i = 0; i < BlockN * D; ++i) ASSERT_EQ(writes[i], 1) << "byte " << i;
+  for (int key = 0; key < BlockN; ++key)
+    for (int c = 0; c < D; ++c)
+      ASSERT_EQ(vt[Units::Dst::offset(c, hfa::sm90::permuted_key_column(key))],
+                v[Units::Src::offset(key, c)])
+          << BlockN << " x " << D << " key " << key << " channel " << c;
+}
+
+TEST(Sm90Layouts, Fp8VTransposeEmulated) {
+  expect_transpose_emulation<128, 64>();
+  expect_transpose_emulation<128, 128>();
+  expect_transpose_emulation<64, 256>();
+}
+
 // K6's O staging computes chunk addresses as a row base XOR a constant (staged_output.cuh); each
 // lane of stmatrix addresses chunk j or j + 1 (odd) of its row through the same formula.
 template <int D>

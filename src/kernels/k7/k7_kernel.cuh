@@ -39,7 +39,7 @@ namespace hfa::k7 {
 
 // A producer warpgroup (warp 0: TMA; warps 1-3: V transpose) and two consumer warpgroups.
 // Registers per thread after setmaxnreg: 128 x 56 + 256 x 224 = 64512 of the SM's 65536 (the
-// transpose holds a 16-key unit, 16 words in and 16 out; the consumers' P is half K6's size).
+// transpose holds 4 words in and 4 out per unit; the consumers' P is half K6's size).
 constexpr int kThreads = 384;
 constexpr int kProducerRegisters = 56, kConsumerRegisters = 224;
 constexpr int kTransposeThreads = 96;

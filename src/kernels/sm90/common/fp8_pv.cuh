@@ -18,6 +18,8 @@
 
 #include <cute/tensor.hpp>
 
+#include "kernels/sm80/common/mma.cuh"
+#include "kernels/sm90/common/staged_output.cuh"
 #include "kernels/sm90/common/tma.cuh"
 #include "kernels/sm90/common/wgmma.cuh"
 
@@ -55,82 +57,81 @@ __host__ __device__ constexpr int permuted_key_column(int key) {
   return key - in16 + 4 * q + 2 * half + odd;
 }
 
-// Shared-memory accesses by 32-bit shared addresses: the tiles' pointers come from the dynamic
-// shared memory through integer alignment arithmetic (aligned_shared_storage), after which the
-// compiler no longer knows they are shared and emits generic LD/ST (measured: k7 at d = 128,
-// s = 16k, 510 -> 610 TFLOPS once the transpose used LDS/STS).
-__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
-  uint32_t x;
-  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(x) : "r"(addr));
-  return x;
-}
-__device__ __forceinline__ void st_shared_v4(uint32_t addr, const uint4& x) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(x.x), "r"(x.y),
-               "r"(x.z), "r"(x.w)
-               : "memory");
-}
+// One (BlockN keys x D) e4m3 V tile, as the TMA wrote it (KMajorBytes<BlockN, D>), into the
+// (D x BlockN) K-major tile (KMajorBytes<D, BlockN>) that P V reads as its B operand, keys renamed
+// (permuted_key_column). The work is split into units of 16 keys x 32 channels (512 bytes), a warp
+// each, done as FlashAttention-3 does it: one ldmatrix.trans, four byte permutes, one stmatrix.
+//
+// ldmatrix.x4.trans.b16 reads matrices (keys 0-7 | 8-15) x (channels 0-15 | 16-31) of the unit,
+// each an 8 x 8 block of 2-byte pairs (c, c + 1), and hands lane t (q = t % 4, p = t / 4) the
+// pair of channels (2p, 2p + 1) of keys 2q and 2q + 1: bytes [k2q c, k2q c+1, k2q+1 c, k2q+1 c+1].
+// Combining the matrices of keys 0-7 (a) and 8-15 (b) with PRMT 0x6420 gives channel 2p's bytes of
+// keys 2q, 2q + 1, 2q + 8, 2q + 9, with 0x7531 channel 2p + 1's: exactly the renamed columns
+// 4q .. 4q + 3 of transposed rows 2p and 2p + 1. stmatrix.x4 (not transposed) then writes register
+// j of lane t to row t / 4, bytes 4q .. 4q + 3 of matrix j: each matrix is 8 transposed rows x 16
+// keys. Lanes with p >= 4 swap their even and odd rows (the PRMT selectors are swapped, not the
+// values), so matrix 0 holds rows 0, 2, 4, 6, 9, 11, 13, 15 and matrix 1 the others: 8 different
+// row % 8 per matrix, which the swizzle puts in 8 different 16-byte bank groups (no conflicts;
+// the ldmatrix side reads 8 consecutive keys of one chunk: none either).
+template <int BlockN, int D>
+struct VTransposeUnits {
+  static_assert(BlockN == 64 || BlockN == 128, "a power-of-two count of 16-key groups");
+  static_assert(D % 32 == 0, "whole 32-channel units");
+  using Src = KMajorBytes<BlockN, D>;
+  using Dst = KMajorBytes<D, BlockN>;
+  static constexpr int kKeyGroups = BlockN / 16, kUnits = kKeyGroups * (D / 32);
+  static constexpr int kSrcAtom = Src::kAtomBytes, kDstAtom = Dst::kAtomBytes;
 
-// The 4 x 4 byte transpose: word j of the result gathers byte j of a, b, c, d (8 PRMT for 4),
-// produced in the order j ^ flip (flip in 0..3, per thread): the PRMT selectors that pick the
-// low or the high half are swapped at run time instead of moving the results afterwards.
-struct ByteTransposeSelectors {
-  uint32_t pairs_lo, pairs_hi, words_lo, words_hi;
-  __device__ explicit ByteTransposeSelectors(int flip)
-      : pairs_lo(flip & 2 ? 0x7362 : 0x5140), pairs_hi(flip & 2 ? 0x5140 : 0x7362),
-        words_lo(flip & 1 ? 0x7632 : 0x5410), words_hi(flip & 1 ? 0x5410 : 0x7632) {}
+  // The row this lane addresses: for ldmatrix key 8 (matrix % 2) + l % 8 at channels
+  // 16 (matrix / 2) ..; for stmatrix transposed row 16 (matrix / 2) + 2 (l % 8) + the parity
+  // (matrix % 2, flipped for l % 8 >= 4), at the unit's 16 keys.
+  __host__ __device__ static constexpr uint32_t load_key(uint32_t lane) {
+    return 8 * (lane / 8 % 2) + lane % 8;
+  }
+  __host__ __device__ static constexpr uint32_t load_col(uint32_t lane) { return 16 * (lane / 16); }
+  __host__ __device__ static constexpr uint32_t store_row(uint32_t lane) {
+    return 16 * (lane / 16) + 2 * (lane % 8) + ((lane / 8 % 2) ^ (lane % 8 >= 4 ? 1u : 0u));
+  }
+  __host__ __device__ static constexpr uint32_t swizzle(uint32_t r8, int atom_bytes) {
+    return atom_bytes == 128 ? r8 : r8 / 2;
+  }
+
+  // Src::offset(16 key_group + load_key, 32 col_group + load_col) and
+  // Dst::offset(32 col_group + store_row, 16 key_group), written so that everything but one XOR
+  // and the unit's linear part is a per-lane constant the loop hoists (a unit's address is a
+  // handful of integer instructions; KMajorBytes::offset's divisions took about 30). Tested against
+  // KMajorBytes in tests/cpu.
+  __host__ __device__ static constexpr uint32_t src_offset(uint32_t lane, uint32_t unit) {
+    const uint32_t key_group = unit % kKeyGroups, col = 32 * (unit / kKeyGroups);
+    const uint32_t r8 = lane % 8;
+    const uint32_t chunk = (col % kSrcAtom) / 16 + lane / 16;  // (even) + 0 or 1: never carries
+    return (2 * key_group + lane / 8 % 2) * 8 * kSrcAtom + BlockN * kSrcAtom * (col / kSrcAtom) +
+           r8 * kSrcAtom + 16 * (chunk ^ swizzle(r8, kSrcAtom));
+  }
+  __host__ __device__ static constexpr uint32_t dst_offset(uint32_t lane, uint32_t unit) {
+    const uint32_t key_group = unit % kKeyGroups, col_group = unit / kKeyGroups;
+    const uint32_t row = store_row(lane), r8 = row % 8;
+    const uint32_t chunk = (16 * key_group % kDstAtom) / 16;
+    return (4 * col_group + row / 8) * 8 * kDstAtom + D * kDstAtom * (16 * key_group / kDstAtom) +
+           r8 * kDstAtom + 16 * (chunk ^ swizzle(r8, kDstAtom));
+  }
 };
-__device__ __forceinline__ void transpose_4x4_bytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d,
-                                                    const ByteTransposeSelectors& sel,
-                                                    uint32_t (&out)[4]) {
-  const uint32_t lo_ab = __byte_perm(a, b, sel.pairs_lo), hi_ab = __byte_perm(a, b, sel.pairs_hi);
-  const uint32_t lo_cd = __byte_perm(c, d, sel.pairs_lo), hi_cd = __byte_perm(c, d, sel.pairs_hi);
-  out[0] = __byte_perm(lo_ab, lo_cd, sel.words_lo);
-  out[1] = __byte_perm(lo_ab, lo_cd, sel.words_hi);
-  out[2] = __byte_perm(hi_ab, hi_cd, sel.words_lo);
-  out[3] = __byte_perm(hi_ab, hi_cd, sel.words_hi);
-}
 
-// One (BlockN keys x D) e4m3 V tile, as the TMA wrote it (TileLayout<.., BlockN, D>), into the
-// (D x BlockN) K-major tile (TileLayout<.., D, BlockN>) that P V reads as its B operand, keys
-// renamed (permuted_key_column). `thread` of `threads` (a multiple of 32) share the work in
-// units of 16 keys x 4 columns: sixteen 4-byte loads (a warp's lanes read consecutive words of
-// one row: no bank conflicts), 4 x 4 byte transposes, and four 16-byte stores, one per column:
-// its 16 keys in renamed order are one 16-byte chunk of a transposed row. The 8 lanes of a
-// quarter-warp (one store phase) write rows 4c + j of 8 consecutive c, which the swizzle puts in
-// 2 bank groups (4-way conflicts) if all write the same j; lane pair p writes row j ^ p in its
-// store j (a Latin square over the 4 pairs), so the 8 rows of a phase have 8 different row % 8.
 template <int BlockN, int D>
 __device__ __forceinline__ void transpose_v_tile(const uint8_t* v_ptr, uint8_t* vt_ptr, int thread,
                                                  int threads) {
-  static_assert(BlockN % 16 == 0 && D % 32 == 0, "whole 16-key groups; 8 words per store phase");
-  using Src = KMajorBytes<BlockN, D>;
-  using Dst = KMajorBytes<D, BlockN>;
-  const uint32_t v = static_cast<uint32_t>(__cvta_generic_to_shared(v_ptr));
-  const uint32_t vt = static_cast<uint32_t>(__cvta_generic_to_shared(vt_ptr));
-  constexpr int kWordsPerRow = D / 4, kUnits = (BlockN / 16) * kWordsPerRow;
-  const int flip = (thread % 32 / 2) % 4;
-  const ByteTransposeSelectors sel(flip);
-  for (int u = thread; u < kUnits; u += threads) {
-    const int word = u % kWordsPerRow, group = u / kWordsPerRow;
-    const int col = 4 * word, key0 = 16 * group;
-    // rows[j][m]: row col + (j ^ flip) of the transposed tile, word m = keys 2m, 2m + 1, 2m + 8,
-    // 2m + 9 of the group.
-    uint32_t rows[4][4];
-    CUTE_UNROLL
-    for (int m = 0; m < 4; ++m) {
-      uint32_t w[4];
-      CUTE_UNROLL
-      for (int i = 0; i < 4; ++i)
-        w[i] = ld_shared_u32(v + Src::offset(key0 + 2 * m + (i % 2) + 8 * (i / 2), col));
-      uint32_t t[4];
-      transpose_4x4_bytes(w[0], w[1], w[2], w[3], sel, t);
-      CUTE_UNROLL
-      for (int j = 0; j < 4; ++j) rows[j][m] = t[j];
-    }
-    CUTE_UNROLL
-    for (int j = 0; j < 4; ++j)
-      st_shared_v4(vt + Dst::offset(col + (j ^ flip), key0),
-                   make_uint4(rows[j][0], rows[j][1], rows[j][2], rows[j][3]));
+  using Units = VTransposeUnits<BlockN, D>;
+  const uint32_t v = sm80::smem_u32(v_ptr);
+  const uint32_t vt = sm80::smem_u32(vt_ptr);
+  const uint32_t lane = thread % 32, warp = thread / 32, warps = threads / 32;
+  const bool swapped = lane / 4 >= 4;
+  const uint32_t sel_first = swapped ? 0x7531 : 0x6420, sel_second = swapped ? 0x6420 : 0x7531;
+  for (uint32_t u = warp; u < Units::kUnits; u += warps) {
+    uint32_t r[4];
+    sm80::ldmatrix_x4_trans(r, v + Units::src_offset(lane, u));
+    stmatrix_x4(vt + Units::dst_offset(lane, u),  //
+                __byte_perm(r[0], r[1], sel_first), __byte_perm(r[0], r[1], sel_second),
+                __byte_perm(r[2], r[3], sel_first), __byte_perm(r[2], r[3], sel_second));
   }
 }
 
