@@ -41,7 +41,7 @@ namespace hfa::k7 {
 // Registers per thread after setmaxnreg: 128 x 56 + 256 x 224 = 64512 of the SM's 65536 (the
 // transpose holds 4 words in and 4 out per unit; the consumers' P is half K6's size).
 constexpr int kThreads = 384;
-constexpr int kProducerRegisters = 56, kConsumerRegisters = 224;
+constexpr int kProducerRegisters = 32, kConsumerRegisters = 240;
 constexpr int kTransposeThreads = 96;
 constexpr long long kL2GroupBytes = 24LL << 20;  // as K6
 

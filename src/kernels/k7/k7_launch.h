@@ -18,8 +18,8 @@ namespace hfa::k7 {
 // and 4-5% slower at s = 512 (WORKLOG, K7): the transpose's throughput limits, not its latency.
 // O is stored from registers.
 constexpr int kBlockM = 128;
-constexpr int block_n(int head_dim) { return head_dim <= 128 ? 128 : 64; }
-constexpr int stages(int head_dim) { return head_dim <= 64 ? 4 : head_dim <= 128 ? 2 : 3; }
+constexpr int block_n(int head_dim) { return 128; }
+constexpr int stages(int head_dim) { return head_dim <= 64 ? 4 : 2; }
 // Ping-pong of the consumer warpgroups at d >= 128, as K6 (k6_launch.h: ping_pong).
 constexpr bool ping_pong(int head_dim) { return head_dim >= 128; }
 
