@@ -38,10 +38,18 @@
 namespace hfa::k7 {
 
 // A producer warpgroup (warp 0: TMA; warps 1-3: V transpose) and two consumer warpgroups.
-// Registers per thread after setmaxnreg: 128 x 56 + 256 x 224 = 64512 of the SM's 65536 (the
-// transpose holds 4 words in and 4 out per unit; the consumers' P is half K6's size).
+// setmaxnreg moves registers within what the CTA got at launch: 384 threads x 168 (the
+// __launch_bounds__ share of 65536, in steps of 8) = 64512. A split that asks for more makes the
+// consumers' alloc wait forever (it hung the H100 once: 32 / 240), hence the static_assert.
+// d = 256 with 128-key tiles needs 240 per consumer (O 128 registers, S 64, P 16 in flight); the
+// producer then gets 24, and its few spills sit outside the per-KV-tile loops (once per Q tile).
 constexpr int kThreads = 384;
-constexpr int kProducerRegisters = 32, kConsumerRegisters = 240;
+constexpr int kLaunchRegisters = 168;
+constexpr int consumer_registers(int head_dim) { return head_dim <= 128 ? 232 : 240; }
+constexpr int producer_registers(int head_dim) { return head_dim <= 128 ? 40 : 24; }
+static_assert(128 * producer_registers(64) + 256 * consumer_registers(64) <= kThreads * kLaunchRegisters &&
+                  128 * producer_registers(256) + 256 * consumer_registers(256) <= kThreads * kLaunchRegisters,
+              "setmaxnreg cannot hand out more registers than the CTA was launched with");
 constexpr int kTransposeThreads = 96;
 constexpr long long kL2GroupBytes = 24LL << 20;  // as K6
 
@@ -282,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+    cutlass::arch::warpgroup_reg_dealloc<producer_registers(D)>();
     if (threadIdx.x < 32) {  // warp 0: one thread streams Q, K and V for every tile of this CTA
       if (threadIdx.x != 0) return;
       typename Pipeline::State kv = Pipeline::producer_start();
@@ -319,7 +327,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       });
     }
   } else {  // consumers
-    cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+    cutlass::arch::warpgroup_reg_alloc<consumer_registers(D)>();
     const int mma_thread = threadIdx.x - 128;
     const sm90::WarpgroupTurns<kPingPong> turns(mma_thread / 128);
     typename Pipeline::State kv = Pipeline::consumer_start();
