@@ -41,12 +41,14 @@ namespace hfa::k7 {
 // setmaxnreg moves registers within what the CTA got at launch: 384 threads x 168 (the
 // __launch_bounds__ share of 65536, in steps of 8) = 64512. A split that asks for more makes the
 // consumers' alloc wait forever (it hung the H100 once: 32 / 240), hence the static_assert.
-// d = 256 with 128-key tiles needs 240 per consumer (O 128 registers, S 64, P 16 in flight); the
-// producer then gets 24, and its few spills sit outside the per-KV-tile loops (once per Q tile).
+// d = 256 with 128-key tiles needs 240 per consumer (O 128 registers, S 64, P 16 in flight; at
+// 232 ptxas serializes the WGMMAs, C7512); the producer then gets 24 and spills a few values per
+// KV tile (its loops are not the critical path: measured 6% faster than 64-key tiles at 56 / 224).
+// At d <= 128, 56 / 224 (40 / 232 measured 1% slower).
 constexpr int kThreads = 384;
 constexpr int kLaunchRegisters = 168;
-constexpr int consumer_registers(int head_dim) { return head_dim <= 128 ? 232 : 240; }
-constexpr int producer_registers(int head_dim) { return head_dim <= 128 ? 40 : 24; }
+constexpr int consumer_registers(int head_dim) { return head_dim <= 128 ? 224 : 240; }
+constexpr int producer_registers(int head_dim) { return head_dim <= 128 ? 56 : 24; }
 static_assert(128 * producer_registers(64) + 256 * consumer_registers(64) <= kThreads * kLaunchRegisters &&
                   128 * producer_registers(256) + 256 * consumer_registers(256) <= kThreads * kLaunchRegisters,
               "setmaxnreg cannot hand out more registers than the CTA was launched with");

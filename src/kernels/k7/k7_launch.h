@@ -9,16 +9,15 @@
 
 namespace hfa::k7 {
 
-// K6's structure with e4m3 operands: 128-row Q tiles (two consumer warpgroups), 128-key K/V
-// tiles at d <= 128 (K = 128 for P V is four e4m3 k-steps of 32) and 64-key tiles at d = 256:
-// with 128 keys, O (128 registers per thread), S (64) and P live at once made ptxas serialize the
-// WGMMAs (C7512) within 232 registers. Each KV tile lives in shared memory three times: K, V as
-// loaded, and V transposed (fp8_pv.cuh). Stages: 4 at d = 64 (104 KB), 2 at d = 128 (112 KB),
-// 3 at d = 256 (176 KB). Deeper rings (4 instead of 2 at d = 128) measured the same from s = 1024
-// and 4-5% slower at s = 512 (WORKLOG, K7): the transpose's throughput limits, not its latency.
-// O is stored from registers.
+// K6's structure with e4m3 operands: 128-row Q tiles (two consumer warpgroups) and 128-key K/V
+// tiles (K = 128 for P V is four e4m3 k-steps of 32). At d = 256 the consumers need 240 registers
+// for that (k7_kernel.cuh); with 224 the tiles were 64 keys, 6% slower. Each KV tile lives in
+// shared memory three times: K, V as loaded, and V transposed (fp8_pv.cuh). Stages: 4 at d = 64
+// (104 KB), 2 at d = 128 (112 KB) and d = 256 (224 KB). Deeper rings (4 instead of 2 at d = 128)
+// measured the same from s = 1024 and 4-5% slower at s = 512 (WORKLOG, K7). O is stored from
+// registers.
 constexpr int kBlockM = 128;
-constexpr int block_n(int head_dim) { return 128; }
+constexpr int block_n(int) { return 128; }
 constexpr int stages(int head_dim) { return head_dim <= 64 ? 4 : 2; }
 // Ping-pong of the consumer warpgroups at d >= 128, as K6 (k6_launch.h: ping_pong).
 constexpr bool ping_pong(int head_dim) { return head_dim >= 128; }
