@@ -59,6 +59,7 @@ enum class DType {
   kFP16,
   kFP32,  // LSE and descale factors; not accepted for Q/K/V/O
   kE4M3,  // float8 e4m3 (torch.float8_e4m3fn): Q/K/V of the FP8 forward (k7, k8); needs descales
+  kI32,   // int32: decode's cache_seqlens, page_table and cache_batch_idx; not accepted elsewhere
 };
 
 // FP8 block quantization (k8, quantize_fp8): one descale per this many query rows, and per this
@@ -182,6 +183,84 @@ struct QuantizeFp8Args {
 // workspace (cudaMallocAsync) of a few bytes per row block and per (batch, KV head, channel).
 // head_dim 64, 128 or 256 (a power of two, for the Walsh-Hadamard transform).
 Status quantize_fp8(const QuantizeFp8Args& args, cudaStream_t stream = nullptr);
+
+// ---- Decode: attention of a few new tokens to a KV cache (flash decode) ------------------------
+
+// The arguments of decode(), the shape of FlashAttention's flash_attn_with_kvcache. Each query
+// row (b, i, h) attends to the first n_b keys of its sequence's cache, n_b = cache_seqlens[b] +
+// seqlen_new (the cached keys, then the appended ones, if any). The KV sequence is split across
+// CTAs (num_splits) and the partial results merged exactly by a combine kernel; the query heads
+// that share a KV head are rows of one tile, so every key is read from memory once.
+struct DecodeArgs {
+  // (batch, seqlen_q, heads_q, head_dim), bf16 or fp16, head_dim 64, 128 or 256. Read only.
+  // Built for seqlen_q <= 16 (new tokens, speculative decoding); longer queries work but read the
+  // cache once per 16 packed rows (seqlen_q x heads_q / heads_kv): use forward() for a prefill.
+  TensorView q;
+  // The cache, q's dtype, either
+  //   contiguous: (batch_cache, capacity, heads_kv, head_dim): sequence b is k_cache[b] (or
+  //     k_cache[cache_batch_idx[b]]); its capacity is the second dimension;
+  //   paged (page_table given): (num_pages, page_size, heads_kv, head_dim), page_size a power of
+  //     two: key j of sequence b lives in page page_table[b][j / page_size], slot j % page_size;
+  //     the capacity is page_table's width times page_size.
+  // head_dim contiguous, other strides free. Written only when k_new / v_new are given.
+  TensorView k_cache, v_cache;
+  // int32 (batch): keys already cached per sequence, 0 .. capacity - seqlen_new. Read on the
+  // device, not checked there (a value outside that range is clamped to it; the result is then
+  // not meaningful, but nothing outside the cache is read or written).
+  TensorView cache_seqlens;
+  // Optional int32 (batch, max_pages_per_seq): the paged cache's page indices, each in
+  // [0, num_pages) for the pages a sequence uses (device values, not checked; the rest of a row
+  // is never read).
+  TensorView page_table;
+  // Optional int32 (batch), contiguous cache only: sequence b uses cache row cache_batch_idx[b]
+  // (device values in [0, batch_cache), not checked).
+  TensorView cache_batch_idx;
+  // Optional, both or neither: (batch, seqlen_new, heads_kv, head_dim), q's dtype. Written into
+  // the cache at positions cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 before attending
+  // (in place; cache_seqlens itself is not changed: the caller advances it).
+  TensorView k_new, v_new;
+  // (batch, seqlen_q, heads_q, head_dim), q's dtype. Written.
+  TensorView out;
+  // Optional fp32 (batch, heads_q, seqlen_q): natural-log sum of exponentials per query row;
+  // -inf (and O = 0) for a row that sees no key.
+  TensorView lse;
+
+  std::optional<float> softmax_scale;  // default 1 / sqrt(head_dim)
+  // Bottom-right causal mask: query i sees key j iff j <= i + n_b - seqlen_q (new token i sees
+  // the cache and the new tokens up to itself).
+  bool causal = false;
+  // Splits of each sequence's keys across CTAs, 1 .. 256; 0 lets plan_decode() choose (from the
+  // shapes and the GPU's SM count: docs/WORKLOG.md, "Flash decode").
+  int num_splits = 0;
+};
+
+// What plan_decode() computes on the host: the split count and the workspace size, for one set of
+// shapes. It is reusable for every call with the same shapes (the layers of a decode step, the
+// replays of a CUDA graph); decode() checks that the shapes match.
+struct DecodePlan {
+  int num_splits = 0;
+  size_t workspace_bytes = 0;  // fp32 partial O and LSE per split (0 when num_splits == 1)
+  // The shapes it was made for.
+  int batch = 0, seqlen_q = 0, heads_q = 0, heads_kv = 0, head_dim = 0, seqlen_new = 0;
+  int64_t capacity = 0;
+  bool paged = false;
+  DType dtype = DType::kBF16;
+  int device = -1, cc = 0;
+};
+
+// Validates `args` and fills `plan` (host only: reads no device memory, launches nothing).
+Status plan_decode(const DecodeArgs& args, DecodePlan* plan);
+
+// Runs a planned decode on `stream`: no host synchronization, no allocation, so it can be
+// captured in a CUDA graph and replayed with new cache_seqlens and page tables (same pointers).
+// `workspace` is device memory of at least plan.workspace_bytes, not used by anything else
+// until the work on `stream` is done. args.num_splits is ignored (the plan's count is used).
+Status decode(const DecodeArgs& args, const DecodePlan& plan, void* workspace,
+              size_t workspace_bytes, cudaStream_t stream = nullptr);
+
+// Plans and runs in one call, with a stream-ordered workspace (cudaMallocAsync, freed on the
+// stream). Convenient, but it allocates: use the planned form inside graphs and hot loops.
+Status decode(const DecodeArgs& args, cudaStream_t stream = nullptr);
 
 // ---- Backward -----------------------------------------------------------------------------------
 

@@ -24,13 +24,15 @@ const char* to_string(DType dtype) {
     case DType::kFP16: return "fp16";
     case DType::kFP32: return "fp32";
     case DType::kE4M3: return "e4m3";
+    case DType::kI32: return "int32";
   }
   return "unknown";
 }
 
 int size_of(DType dtype) {
   switch (dtype) {
-    case DType::kFP32: return 4;
+    case DType::kFP32:
+    case DType::kI32: return 4;
     case DType::kE4M3: return 1;
     default: return 2;
   }

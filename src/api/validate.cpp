@@ -1,4 +1,5 @@
 #include "api/validate.h"
+#include "api/tensor_rules.h"
 
 #include <cuda_runtime.h>
 
@@ -9,8 +10,10 @@
 
 namespace hfa {
 namespace {
-
 constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
+}  // namespace
+
+// ---- The tensor rules (api/tensor_rules.h) --------------------------------------------------------
 
 std::string shape_string(const TensorView& t) {
   std::string s = "(";
@@ -58,6 +61,8 @@ Status check_same_dim(const TensorView& a, const char* a_name, int a_dim, const 
 
 // Whether an optional tensor argument was given (a data pointer, or a shape for empty tensors).
 bool given(const TensorView& t) { return t.data != nullptr || t.rank != 0; }
+
+namespace {
 
 // A descale factor tensor of the e4m3 forward: fp32, `rank` dimensions `dims` of sizes `expect`.
 Status check_descale_tensor(const TensorView& t, const char* name, const char* dims,

@@ -254,8 +254,6 @@ __global__ void spin_kernel(long long cycles) {
   }
 }
 
-namespace {
-
 // Median of `iters` timed calls of `launch` after `warmup` calls (see time_forward in check.h).
 Status time_launches(const std::function<Status()>& launch, int warmup, int iters, double* median_ms) {
   int device = 0, l2_bytes = 0;
@@ -294,7 +292,17 @@ Status time_launches(const std::function<Status()>& launch, int warmup, int iter
   return Status::Ok();
 }
 
-}  // namespace
+Status fill_normal(void* data, DType dtype, int64_t n, uint64_t seed) {
+  if (n == 0) return Status::Ok();
+  const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
+  if (dtype == DType::kFP16)
+    fill_normal_kernel<<<blocks, 256>>>(static_cast<__half*>(data), n, seed);
+  else if (dtype == DType::kBF16)
+    fill_normal_kernel<<<blocks, 256>>>(static_cast<__nv_bfloat16*>(data), n, seed);
+  else
+    return make_error(StatusCode::kInvalidArgument, "fill_normal: dtype %s; bf16 or fp16", to_string(dtype));
+  return cuda_status(cudaGetLastError(), "launching the random fill");
+}
 
 Status time_forward(DeviceBuffers& buffers, int warmup, int iters, double* median_ms) {
   const ForwardArgs args = buffers.forward_args();

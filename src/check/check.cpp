@@ -21,11 +21,6 @@
 namespace hfa::check {
 namespace {
 
-// Absolute slack on top of 2x the baseline's error: about one rounding step of the output dtype
-// at magnitude 0.5, so a kernel that is exact but for its final rounding always passes.
-double output_atol(DType dtype) { return dtype == DType::kFP16 ? 1.0 / 4096 : 1.0 / 512; }
-constexpr double kLseAtol = 1e-4;  // LSE is fp32 in every kernel
-
 // e4m3 inputs: Hopper's FP8 tensor cores do not accumulate Q K^T in full fp32 (each k-step's
 // products are aligned to the largest and truncated: about 13-14 bits survive, as DeepSeek-V3
 // reports for FP8 GEMMs). The CPU yardstick's fp32 scores do not have that error, so a row's

@@ -139,6 +139,21 @@ Status run_check_backward(DeviceBuffers& buffers, uint64_t seed, int max_groups,
                           BackwardCheckResult* result,
                           const std::function<void(BackwardArgs&)>& tamper = {});
 
+// Median time in ms of `iters` calls of `launch` after `warmup` calls, with L2 flushed before each
+// timed call (CUDA events around the call alone; the GPU is kept busy before the start event so
+// the host's launch overhead is not part of the time). What time_forward/time_backward use.
+Status time_launches(const std::function<Status()>& launch, int warmup, int iters, double* median_ms);
+
+// Fills n elements of bf16/fp16 device memory with N(0, 1) values that depend only on (seed,
+// index) (asynchronous, default stream).
+Status fill_normal(void* data, DType dtype, int64_t n, uint64_t seed);
+
+// Absolute slack of the tolerance rule on top of 2x the baseline's error: about one rounding step
+// of the output dtype at magnitude 0.5, so a kernel that is exact but for its final rounding
+// always passes. LSE is fp32 in every kernel.
+inline double output_atol(DType dtype) { return dtype == DType::kFP16 ? 1.0 / 4096 : 1.0 / 512; }
+inline constexpr double kLseAtol = 1e-4;
+
 // Median time in ms of `iters` launches after `warmup` launches, with L2 flushed before each
 // timed launch (CUDA events around the launch alone; the GPU is kept busy before the start event
 // so the host's launch overhead is not part of the time).

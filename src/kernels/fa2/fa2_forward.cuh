@@ -27,6 +27,7 @@
 #include "kernels/common/quad_reduce.cuh"
 #include "kernels/fa2/fa2_shapes.h"
 #include "kernels/sm80/common/fragment_mask.cuh"
+#include "kernels/sm80/common/online_softmax.cuh"
 #include "kernels/sm80/common/smem_tile.cuh"
 
 namespace hfa::fa2 {
@@ -123,47 +124,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
 
     const float factor = fold_scale_and_mask(s, scale_log2, p, q0, k0, kBlockN, q0 + warp_m0, k0);
 
-    // Online softmax, per row: new max, rescale what was accumulated, P = exp2(S - max). The
-    // maxima are kept unscaled (fragment_mask.cuh: factor).
-    constexpr float kLazyRescaleLog2 = 8.f;
-    float correction[kMT][2];
-    bool max_moved = false;
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = row_max[mt][r];
-#pragma unroll
-        for (int nt = 0; nt < kSTiles; ++nt)
-          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-        mx = quad_max(mx);
-        // Lazy: the reference max moves only when the tile's max exceeds it by more than
-        // kLazyRescaleLog2 (P <= 2^8 otherwise; O and the row sum share the reference, so the
-        // softmax is the same), so that once a row has settled its warp skips the O rescale.
-        if (row_max[mt][r] != -INFINITY && (mx - row_max[mt][r]) * factor <= kLazyRescaleLog2)
-          mx = row_max[mt][r];
-        // A row with no visible key so far keeps max -inf: subtract 0 so exp2 gives 0, not NaN.
-        const float base = mx == -INFINITY ? 0.f : mx * factor;
-        correction[mt][r] = mx == row_max[mt][r] && mx != -INFINITY
-                                ? 1.f
-                                : exp2_approx(fmaf(row_max[mt][r], factor, -base));
-        max_moved = max_moved || mx != row_max[mt][r];
-        row_max[mt][r] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < kSTiles; ++nt)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            s[mt][nt][2 * r + c] = exp2_approx(fmaf(s[mt][nt][2 * r + c], factor, -base));
-            sum += s[mt][nt][2 * r + c];
-          }
-        row_sum[mt][r] = row_sum[mt][r] * correction[mt][r] + sum;  // quad's sum: at the end
-      }
-    // Rescaling O costs D / 2 multiplies per row tile; once the running maxima settle (most tiles
-    // of a long row) no row of the warp moved and the warp skips it.
-    if (__any_sync(0xffffffffu, max_moved))
-      for_each_fragment_element<kMT, kOTiles>(
-          [&](int mt, int nt, int i) { o[mt][nt][i] *= correction[mt][i / 2]; });
+    online_softmax_tile(s, row_max, row_sum, o, factor);
 
     // P as the A operand of P V, rounded to T now: half the registers of the fp32 scores, which
     // would otherwise stay live across the barrier below (at d=64 they spilled).

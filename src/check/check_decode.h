@@ -1,0 +1,80 @@
+// Flash decode on fresh random inputs, checked against the fp64 reference with the same rule as
+// the forward (check.h): max|out - ref| <= 2 max|base - ref| + atol, the LSE likewise, every
+// output element written, rows that see no key exactly O = 0 / LSE = -inf. Also: the appended
+// k_new / v_new are in their slots bit for bit and nothing else in the cache changed.
+// Shared by hfa-bench --decode and the GPU tests.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hfa/hfa.h"
+
+namespace hfa::check {
+
+struct DecodeConfig {
+  DType dtype = DType::kBF16;
+  int batch = 1, seqlen_q = 1, heads_q = 32, heads_kv = 8, head_dim = 128;
+  int capacity = 1024;  // keys per sequence's cache
+  int page_size = 0;    // 0: contiguous cache; else a paged one (capacity rounded up to pages)
+  int seqlen_new = 0;   // k_new / v_new appended before attending
+  bool causal = false;
+  int num_splits = 0;   // 0: plan_decode's choice
+  bool cache_batch_idx = false;  // contiguous caches: sequences use a permutation of cache rows
+  bool with_lse = true;
+  std::optional<float> softmax_scale;
+  // Keys cached per sequence before the call; empty: random in [0, capacity - seqlen_new], with
+  // 0, 1 and the full cache among them when the batch has room.
+  std::vector<int> cache_seqlens;
+  // All cache slots filled (cache_seqlens = capacity - seqlen_new): the benchmark's shape.
+  bool full = false;
+
+  std::string describe() const;
+  // Bytes of K and V one call reads: what the GB/s figure divides.
+  double kv_bytes(const std::vector<int>& seqlens) const;
+};
+
+// Device tensors of one configuration. Caches and inputs are N(0, 1); a paged cache's pages are
+// shuffled (and there are spare pages that no sequence uses); out and lse poisoned (NaN).
+class DecodeBuffers {
+ public:
+  DecodeBuffers() = default;
+  ~DecodeBuffers();
+  DecodeBuffers(const DecodeBuffers&) = delete;
+  DecodeBuffers& operator=(const DecodeBuffers&) = delete;
+
+  Status allocate(const DecodeConfig& c, uint64_t seed);
+  Status poison_outputs();
+  DecodeArgs args() const;
+
+  DecodeConfig config;
+  std::vector<int> seqlens;  // cache_seqlens as uploaded
+  TensorView q, k_cache, v_cache, k_new, v_new, out, lse, cache_seqlens, page_table, cache_batch_idx;
+  int num_pages = 0;
+
+ private:
+  std::vector<void*> owned_;
+  Status alloc(TensorView* t, DType dtype, std::initializer_list<int64_t> shape);
+};
+
+struct DecodeCheckResult {
+  bool pass = false;
+  double max_abs_err = 0, baseline_max_abs_err = 0, tolerance = 0;
+  double lse_max_abs_err = 0, lse_tolerance = 0;
+  int64_t rows_checked = 0, unwritten = 0, masked_row_errors = 0;
+  int64_t cache_clobbered = 0;   // cache elements not equal to (before, with the appended rows)
+  int64_t appended_wrong = 0;    // appended slots not equal to k_new / v_new
+  std::string message;
+  std::string summary() const;
+};
+
+// Runs `run` (default: hfa::decode(buffers.args()) on the default stream) on poisoned outputs,
+// then checks. With k_new / v_new the cache changes: allocate again before the next check.
+// max_rows > 0 checks a random subset of that many (b, token, head) rows (all are checked written).
+Status run_decode_check(DecodeBuffers& buffers, int64_t max_rows, DecodeCheckResult* result,
+                        const std::function<Status(const DecodeArgs&)>& run = {});
+
+}  // namespace hfa::check

@@ -1,0 +1,68 @@
+// Flash decode's host side: the split heuristic, the workspace, and the (dtype, head dim) dispatch
+// of the launches (the kernels: decode_kernel.cuh, instantiated in decode_hdim<D>.cu).
+#include "kernels/decode/decode.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "common/status_util.h"
+#include "hfa_build_config.h"
+#include "kernels/decode/decode_shape.h"
+
+namespace hfa::flash_decode {
+
+template <typename T, int D> cudaError_t launch_head_dim(const DecodeProblem&, cudaStream_t);
+
+namespace {
+
+template <int D> constexpr int ctas_per_sm() { return DecodeShape<D>::kCtasPerSm; }
+
+int ctas_per_sm(int head_dim) {
+  return head_dim == 64 ? ctas_per_sm<64>() : head_dim == 128 ? ctas_per_sm<128>() : ctas_per_sm<256>();
+}
+
+constexpr int kBlockN = DecodeShape<64>::kBlockN;  // the same for every head dim
+// A split gets at least this many key tiles: fewer leave its pipeline mostly filling and draining,
+// and its partial result costs the combine as much as a long one.
+constexpr int kMinTilesPerSplit = 4;
+
+}  // namespace
+
+int choose_num_splits(const DecodeProblem& p, int sm_count) {
+  const long long m_blocks = (p.packed_rows() + DecodeShape<64>::kRows - 1) / DecodeShape<64>::kRows;
+  const long long ctas = static_cast<long long>(p.batch) * p.heads_kv * m_blocks;
+  const long long slots = static_cast<long long>(std::max(sm_count, 1)) * ctas_per_sm(p.head_dim);
+  if (ctas == 0 || ctas >= slots) return 1;  // one wave (or more) without splitting
+  const long long tiles = (static_cast<long long>(p.capacity) + kBlockN - 1) / kBlockN;
+  long long splits = (slots + ctas - 1) / ctas;
+  splits = std::min(splits, std::max(1LL, tiles / kMinTilesPerSplit));
+  return static_cast<int>(std::clamp(splits, 1LL, static_cast<long long>(kDecodeMaxSplits)));
+}
+
+size_t workspace_bytes(const DecodeProblem& p) {
+  if (p.num_splits <= 1) return 0;
+  const size_t rows = static_cast<size_t>(p.num_splits) * p.batch * p.seqlen_q * p.heads_q;
+  return rows * (p.head_dim + 1) * sizeof(float);
+}
+
+size_t smem_bytes(int head_dim) {
+#define HFA_DECODE_SMEM(D) if (head_dim == D) return DecodeShape<D>::kSmemBytes;
+  HFA_FOR_EACH_HEAD_DIM(HFA_DECODE_SMEM)
+#undef HFA_DECODE_SMEM
+  return 0;
+}
+
+Status launch(const DecodeProblem& p, cudaStream_t stream) {
+  cudaError_t err = cudaErrorInvalidValue;
+  const bool bf16 = p.dtype == DType::kBF16;
+#define HFA_DECODE_CASE(D)                                                                    \
+  if (p.head_dim == D)                                                                        \
+    err = bf16 ? launch_head_dim<__nv_bfloat16, D>(p, stream) : launch_head_dim<__half, D>(p, stream);
+  HFA_FOR_EACH_HEAD_DIM(HFA_DECODE_CASE)
+#undef HFA_DECODE_CASE
+  return cuda_status(err, "launching decode");
+}
+
+}  // namespace hfa::flash_decode

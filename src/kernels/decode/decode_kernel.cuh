@@ -1,0 +1,340 @@
+// Flash decode (the seed worklog's last step): a few new query tokens attend to a long KV cache.
+// A forward kernel parallelizes over query tiles, of which decode has one per KV head: almost every
+// SM would idle. Here the keys of each sequence are split across CTAs (num_splits), each CTA
+// writes a partial O and LSE, and decode_combine_kernel merges them exactly.
+//
+// One CTA = (split, KV head, batch) and one block of 16 packed query rows: the seqlen_q x
+// group_size query rows that read this KV head (GQA packing, row r = token r / group, query head
+// hk * group + r % group), so each key and value is read from memory once for the whole group.
+// The CTA streams its keys in 64-key tiles through a kStages-deep cp.async ring (the loads are all
+// there is to this kernel: it is bound by HBM bandwidth). Each of the 4 warps takes 16 keys of
+// every tile and keeps its own online softmax (m, l, O) over them; at the end the warps merge their
+// states through shared memory. mma.sync m16n8k16 (sm80 and newer) does both GEMMs: the math is
+// 16 rows per key, far below what the tensor cores can do while the loads stream.
+// Keys live in a contiguous cache (sequence row, key) or a paged one (page table, page, slot):
+// the Paged policy only changes where a key's row is (key_offset).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "kernels/common/numeric.cuh"
+#include "kernels/common/quad_reduce.cuh"
+#include "kernels/decode/decode_problem.h"
+#include "kernels/decode/decode_shape.h"
+#include "kernels/sm80/common/online_softmax.cuh"
+#include "kernels/sm80/common/smem_tile.cuh"
+
+namespace hfa::flash_decode {
+
+using namespace hfa::sm80;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Keys a sequence attends to: what is cached (clamped to what the cache can hold with the new
+// tokens, so a bad device value cannot make the kernels read or write outside the cache) plus the
+// appended new ones.
+__device__ __forceinline__ int cached_keys(const DecodeProblem& p, int b) {
+  const int cached = p.cache_seqlens[b * p.cache_seqlens_stride];
+  return min(max(cached, 0), p.capacity - p.seqlen_new);
+}
+
+// Element offset of key j's row of sequence b in the cache (head offset not included).
+template <bool kPaged>
+__device__ __forceinline__ int64_t key_offset(const DecodeProblem& p, int b, int cache_row, int j,
+                                              int64_t outer_stride, int64_t row_stride) {
+  if constexpr (kPaged) {
+    const int page = p.page_table[b * p.page_table_batch_stride +
+                                  static_cast<int64_t>(j >> p.page_size_log2) * p.page_table_page_stride];
+    return page * outer_stride + (j & ((1 << p.page_size_log2) - 1)) * row_stride;
+  } else {
+    return cache_row * outer_stride + j * row_stride;
+  }
+}
+
+// Where packed query row r of KV head hk lives: token r / group, query head hk * group + r % group.
+struct PackedRow {
+  int token, head;
+  __device__ PackedRow(const DecodeProblem& p, int hk, int r)
+      : token(r / p.group_size()), head(hk * p.group_size() + r % p.group_size()) {}
+};
+
+template <typename T, int D, bool kPaged>
+__global__ void __launch_bounds__(DecodeShape<D>::kThreads)
+    decode_split_kernel(DecodeProblem p) {
+  using Shape = DecodeShape<D>;
+  constexpr int kBlockN = Shape::kBlockN, kRows = Shape::kRows, kStages = Shape::kStages;
+  constexpr int kThreads = Shape::kThreads, kKeysPerWarp = Shape::kKeysPerWarp;
+  constexpr int kOTiles = D / 8;
+  using TileQ = SwizzledTile<kRows, D>;
+  using TileKV = SwizzledTile<kBlockN, D>;
+  extern __shared__ uint4 smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sK = sQ + TileQ::kElems;             // kStages buffers
+  T* sV = sK + kStages * TileKV::kElems;  // kStages buffers
+
+  const int rows_total = p.packed_rows();
+  const int m_blocks = ceil_div(rows_total, kRows);
+  const int m0 = (blockIdx.x % m_blocks) * kRows, split = blockIdx.x / m_blocks;
+  const int hk = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  // This split's tiles of the sequence's keys; with causal, none past the last key that the
+  // block's last row sees (keys are bottom-right aligned: query i sees j <= i + n_keys - seqlen_q).
+  const int n_keys = cached_keys(p, b) + p.seqlen_new;
+  const int n_tiles = ceil_div(n_keys, kBlockN);
+  const int tiles_per_split = ceil_div(n_tiles, p.num_splits);
+  const int t_begin = split * tiles_per_split;
+  int t_end = min(n_tiles, t_begin + tiles_per_split);
+  if (p.causal) {
+    const int last_token = PackedRow(p, hk, min(m0 + kRows, rows_total) - 1).token;
+    const int last_key = last_token + n_keys - p.seqlen_q;
+    t_end = min(t_end, last_key < 0 ? 0 : last_key / kBlockN + 1);
+  }
+
+  // Q: row r of the tile is packed row m0 + r; rows past the last are zeros.
+  {
+    constexpr int kChunks = D / 8;
+    for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+      const int r = idx / kChunks, c = idx % kChunks;
+      const bool valid = m0 + r < rows_total;
+      const PackedRow pr(p, hk, valid ? m0 + r : 0);
+      const T* src = static_cast<const T*>(p.q) + b * p.q_batch_stride + pr.token * p.q_row_stride +
+                     pr.head * p.q_head_stride + c * 8;
+      cp_async_16(sQ + TileQ::offset(r, c * 8), src, valid);
+    }
+  }
+
+  // K and V tiles: each thread copies one 16-byte chunk column of every kRowsPerPass-th key row.
+  const int cache_row = p.cache_batch_idx ? p.cache_batch_idx[b * p.cache_batch_idx_stride] : b;
+  const T* k_base = static_cast<const T*>(p.k_cache) + hk * p.k_head_stride;
+  const T* v_base = static_cast<const T*>(p.v_cache) + hk * p.v_head_stride;
+  auto load_tile = [&](int tile) {
+    constexpr int kChunks = D / 8, kRowsPerPass = kThreads / kChunks;
+    const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+    T* sk = sK + (tile % kStages) * TileKV::kElems;
+    T* sv = sV + (tile % kStages) * TileKV::kElems;
+#pragma unroll
+    for (int i = 0; i < kBlockN / kRowsPerPass; ++i) {
+      const int r = r0 + i * kRowsPerPass, j = tile * kBlockN + r;
+      const bool valid = j < n_keys;
+      const int jj = valid ? j : 0;
+      const T* k_src = k_base + key_offset<kPaged>(p, b, cache_row, jj, p.k_outer_stride, p.k_row_stride);
+      const T* v_src = v_base + key_offset<kPaged>(p, b, cache_row, jj, p.v_outer_stride, p.v_row_stride);
+      cp_async_16(sk + TileKV::offset(r, c * 8), k_src + c * 8, valid);
+      cp_async_16(sv + TileKV::offset(r, c * 8), v_src + c * 8, valid);
+    }
+  };
+  // Prologue: Q and the first kStages - 1 tiles, one commit group each (empty groups too, so that
+  // "group i landed" is always "kStages - 2 groups pending" at iteration i).
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (t_begin + s < t_end) load_tile(t_begin + s);
+    cp_async_commit();
+  }
+
+  // Each row's end of visible keys: causal rows see fewer (padding rows take the last row's, and
+  // are never stored). The block's first row sees the fewest: tiles past its end need the mask.
+  const int g = lane / 4, q = lane % 4;
+  int row_end[2];
+  for (int r = 0; r < 2; ++r) {
+    const int packed = min(m0 + g + 8 * r, rows_total - 1);
+    const int limit = p.causal ? PackedRow(p, hk, packed).token + n_keys - p.seqlen_q + 1 : n_keys;
+    row_end[r] = min(limit, n_keys);
+  }
+  const int block_end =
+      p.causal ? min(n_keys, PackedRow(p, hk, m0).token + n_keys - p.seqlen_q + 1) : n_keys;
+
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  const float factor = exponent_factor(scale_log2);
+  float o[1][kOTiles][4];
+  zero(o);
+  float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.f, 0.f}};
+  const int key0 = warp * kKeysPerWarp;  // this warp's keys in each tile
+
+  for (int t = t_begin; t < t_end; ++t) {
+    cp_async_wait<kStages - 2>();  // tile t (and Q) landed for this thread's copies
+    __syncthreads();               // everyone's copies are visible; tile t - 1's buffer is free
+    if (t + kStages - 1 < t_end) load_tile(t + kStages - 1);
+    cp_async_commit();
+
+    const T* sKt = sK + (t % kStages) * TileKV::kElems;
+    const T* sVt = sV + (t % kStages) * TileKV::kElems;
+    float s[1][kKeysPerWarp / 8][4];
+    zero(s);
+    warp_gemm<T, 1, kKeysPerWarp / 8, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
+        s, sQ, 0, sKt, key0);
+    if (!(scale_log2 > 0.f))
+      for_each_fragment_element<1, kKeysPerWarp / 8>([&](int, int nt, int i) { s[0][nt][i] *= scale_log2; });
+    const int k0 = t * kBlockN;
+    if (k0 + kBlockN > block_end)
+      for_each_fragment_element<1, kKeysPerWarp / 8>([&](int, int nt, int i) {
+        if (k0 + key0 + 8 * nt + 2 * q + i % 2 >= row_end[i / 2]) s[0][nt][i] = -INFINITY;
+      });
+    online_softmax_tile(s, row_max, row_sum, o, factor);
+
+    uint32_t pa[4];
+    c_pair_to_a<T>(s[0][0], s[0][1], pa);
+    const LaneOffsets<TileKV, FragmentKind::kBPairTrans> v_off(sVt, key0, 0);
+#pragma unroll
+    for (int np = 0; np < kOTiles / 2; ++np) {
+      uint32_t bv[2][2];
+      v_off.load_pair(bv, 0, 2 * np);
+      mma_16816<T>(o[0][2 * np], pa, bv[0]);
+      mma_16816<T>(o[0][2 * np + 1], pa, bv[1]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the ring: it becomes the merge's scratch
+
+  // Merge the warps' states: scratch O (fp32, unnormalized) per warp, and per row the warp's max
+  // in the base-2 exponent's units (max * factor) and its row sum.
+  constexpr int kScratchStride = D + 8;  // floats per row; the pad spreads rows over banks
+  float* scratch = reinterpret_cast<float*>(sK);
+  __shared__ float warp_max[Shape::kWarps][kRows], warp_sum[Shape::kWarps][kRows];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = quad_sum(row_sum[0][r]);
+    if (q == 0) {
+      warp_max[warp][g + 8 * r] = row_max[0][r] == -INFINITY ? -INFINITY : row_max[0][r] * factor;
+      warp_sum[warp][g + 8 * r] = l;
+    }
+  }
+  for_each_fragment_element<1, kOTiles>([&](int, int nt, int i) {
+    scratch[(warp * kRows + g + 8 * (i / 2)) * kScratchStride + 8 * nt + 2 * q + i % 2] = o[0][nt][i];
+  });
+  __syncthreads();
+
+  // Thread layout of the merge: kThreads / kRows threads per row, each kCols consecutive columns.
+  constexpr int kThreadsPerRow = kThreads / kRows, kCols = D / kThreadsPerRow;
+  static_assert(kCols % 8 == 0, "whole 16-byte output chunks per thread");
+  const int row = threadIdx.x / kThreadsPerRow, col0 = (threadIdx.x % kThreadsPerRow) * kCols;
+  if (m0 + row >= rows_total) return;
+  float mx = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < Shape::kWarps; ++w) mx = fmaxf(mx, warp_max[w][row]);
+  float weight[Shape::kWarps], l = 0.f;
+#pragma unroll
+  for (int w = 0; w < Shape::kWarps; ++w) {
+    weight[w] = mx == -INFINITY ? 0.f : exp2_approx(warp_max[w][row] - mx);
+    l += weight[w] * warp_sum[w][row];
+  }
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  const float lse = l > 0.f ? (mx + log2f(l)) * kLn2 : -INFINITY;
+  const PackedRow pr(p, hk, m0 + row);
+  float out[kCols];
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) {
+    float acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < Shape::kWarps; ++w)
+      acc += weight[w] * scratch[(w * kRows + row) * kScratchStride + col0 + c];
+    out[c] = acc * inv;
+  }
+  if (p.num_splits == 1) {
+    T* dst = static_cast<T*>(p.o) + b * p.o_batch_stride + pr.token * p.o_row_stride +
+             pr.head * p.o_head_stride + col0;
+#pragma unroll
+    for (int c = 0; c < kCols; c += 8)
+      *reinterpret_cast<uint4*>(dst + c) = pack8<T>(reinterpret_cast<const float(&)[8]>(out[c]));
+    if (p.lse && threadIdx.x % kThreadsPerRow == 0)
+      p.lse[b * p.lse_batch_stride + pr.head * p.lse_head_stride + pr.token * p.lse_row_stride] = lse;
+  } else {
+    const int64_t prow =
+        ((static_cast<int64_t>(split) * p.batch + b) * p.seqlen_q + pr.token) * p.heads_q + pr.head;
+    float* dst = p.o_partial + prow * D + col0;
+#pragma unroll
+    for (int c = 0; c < kCols; c += 4)
+      *reinterpret_cast<float4*>(dst + c) = make_float4(out[c], out[c + 1], out[c + 2], out[c + 3]);
+    if (threadIdx.x % kThreadsPerRow == 0) p.lse_partial[prow] = lse;
+  }
+}
+
+// Merges the splits' partial results of one output row per warp, exactly: with LSE_s the splits'
+// log-sum-exps, LSE = log sum_s exp(LSE_s) and O = sum_s exp(LSE_s - LSE) O_s. A row whose every
+// split saw no key gets O = 0, LSE = -inf.
+template <typename T, int D>
+__global__ void __launch_bounds__(128) decode_combine_kernel(DecodeProblem p) {
+  constexpr int kMaxSplits = kDecodeMaxSplits, kPerLane = kMaxSplits / 32, kCols = D / 32;
+  __shared__ float weights[4][kMaxSplits];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 4 + warp;  // (b, token, head)
+  if (row >= rows) return;
+  const int head = static_cast<int>(row % p.heads_q);
+  const int token = static_cast<int>((row / p.heads_q) % p.seqlen_q);
+  const int b = static_cast<int>(row / (static_cast<int64_t>(p.heads_q) * p.seqlen_q));
+  const int64_t split_stride = rows;  // rows per split in the partial tensors
+
+  float lse_s[kPerLane];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int s = lane + 32 * i;
+    lse_s[i] = s < p.num_splits ? p.lse_partial[s * split_stride + row] : -INFINITY;
+    mx = fmaxf(mx, lse_s[i]);
+  }
+  for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) sum += mx == -INFINITY ? 0.f : exp2_approx((lse_s[i] - mx) * kLog2e);
+  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  const float lse = mx == -INFINITY ? -INFINITY : mx + logf(sum);
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int s = lane + 32 * i;
+    if (s < p.num_splits)
+      weights[warp][s] = mx == -INFINITY ? 0.f : exp2_approx((lse_s[i] - lse) * kLog2e);
+  }
+  __syncwarp();
+
+  float acc[kCols] = {};
+  for (int s = 0; s < p.num_splits; ++s) {
+    const float w = weights[warp][s];
+    if (w == 0.f) continue;  // a split that saw no key (or a negligible one): its O is not read
+    const float* src = p.o_partial + (s * split_stride + row) * D + lane * kCols;
+#pragma unroll
+    for (int c = 0; c < kCols; c += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(src + c);
+      acc[c] += w * v.x, acc[c + 1] += w * v.y, acc[c + 2] += w * v.z, acc[c + 3] += w * v.w;
+    }
+  }
+  T* dst = static_cast<T*>(p.o) + b * p.o_batch_stride + token * p.o_row_stride +
+           head * p.o_head_stride + lane * kCols;
+#pragma unroll
+  for (int c = 0; c < kCols; c += 2) {
+    __align__(4) T pair[2] = {from_float<T>(acc[c]), from_float<T>(acc[c + 1])};
+    *reinterpret_cast<uint32_t*>(dst + c) = *reinterpret_cast<const uint32_t*>(pair);
+  }
+  if (p.lse && lane == 0)
+    p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + token * p.lse_row_stride] = lse;
+}
+
+// Appends k_new / v_new at positions cached_keys(b) ... of each sequence's cache, 16 bytes per
+// thread. Runs before the split kernel, on the same stream.
+template <typename T, int D, bool kPaged>
+__global__ void __launch_bounds__(128) decode_append_kernel(DecodeProblem p) {
+  constexpr int kChunks = D / 8;
+  const int b = blockIdx.y;
+  const int idx = blockIdx.x * 128 + threadIdx.x;  // (token, KV head, chunk)
+  if (idx >= p.seqlen_new * p.heads_kv * kChunks) return;
+  const int c = idx % kChunks, hk = (idx / kChunks) % p.heads_kv, t = idx / (kChunks * p.heads_kv);
+  const int j = cached_keys(p, b) + t;
+  const int cache_row = p.cache_batch_idx ? p.cache_batch_idx[b * p.cache_batch_idx_stride] : b;
+  const T* k_src = static_cast<const T*>(p.k_new) + b * p.k_new_batch_stride + t * p.k_new_row_stride +
+                   hk * p.k_new_head_stride + c * 8;
+  const T* v_src = static_cast<const T*>(p.v_new) + b * p.v_new_batch_stride + t * p.v_new_row_stride +
+                   hk * p.v_new_head_stride + c * 8;
+  T* k_dst = static_cast<T*>(p.k_cache) + hk * p.k_head_stride + c * 8 +
+             key_offset<kPaged>(p, b, cache_row, j, p.k_outer_stride, p.k_row_stride);
+  T* v_dst = static_cast<T*>(p.v_cache) + hk * p.v_head_stride + c * 8 +
+             key_offset<kPaged>(p, b, cache_row, j, p.v_outer_stride, p.v_row_stride);
+  *reinterpret_cast<uint4*>(k_dst) = *reinterpret_cast<const uint4*>(k_src);
+  *reinterpret_cast<uint4*>(v_dst) = *reinterpret_cast<const uint4*>(v_src);
+}
+
+}  // namespace hfa::flash_decode

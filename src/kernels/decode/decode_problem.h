@@ -1,0 +1,59 @@
+// The validated form of DecodeArgs that the decode kernels consume (validate_decode.cpp fills it,
+// decode.cu launches), plain data passed to kernels by value. Strides are in elements.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/problem.h"
+#include "hfa/hfa.h"
+
+namespace hfa {
+
+struct DecodeProblem {
+  const void* q = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;  // may be null
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  const int* cache_seqlens = nullptr;
+  const int* page_table = nullptr;       // null: contiguous cache
+  const int* cache_batch_idx = nullptr;  // null: sequence b is cache row b
+  const void* k_new = nullptr;           // null: nothing appended
+  const void* v_new = nullptr;
+
+  DType dtype = DType::kBF16;
+  int batch = 0, seqlen_q = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
+  int seqlen_new = 0;  // 0 without k_new / v_new
+  int capacity = 0;    // keys one sequence's cache holds
+  int page_size_log2 = 0;  // paged caches (page_size is a power of two)
+
+  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  int64_t lse_batch_stride = 0, lse_head_stride = 0, lse_row_stride = 0;
+  // The cache's outer stride is a sequence's (contiguous) or a page's (paged); rows are keys.
+  int64_t k_outer_stride = 0, k_row_stride = 0, k_head_stride = 0;
+  int64_t v_outer_stride = 0, v_row_stride = 0, v_head_stride = 0;
+  int64_t k_new_batch_stride = 0, k_new_row_stride = 0, k_new_head_stride = 0;
+  int64_t v_new_batch_stride = 0, v_new_row_stride = 0, v_new_head_stride = 0;
+  int64_t cache_seqlens_stride = 0, cache_batch_idx_stride = 0;
+  int64_t page_table_batch_stride = 0, page_table_page_stride = 0;
+
+  float softmax_scale = 1.f;
+  bool causal = false;
+
+  // Splits of each sequence's keys, and (num_splits > 1) the fp32 partial results they write:
+  // O (num_splits, batch, seqlen_q, heads_q, head_dim) normalized by its own row sum, and LSE
+  // (num_splits, batch, seqlen_q, heads_q), which the combine kernel merges.
+  int num_splits = 1;
+  float* o_partial = nullptr;
+  float* lse_partial = nullptr;
+
+  HFA_HOST_DEVICE bool paged() const { return page_table != nullptr; }
+  HFA_HOST_DEVICE int group_size() const { return heads_q / heads_kv; }
+  // Query rows packed into one tile per KV head: seqlen_q tokens x the group's query heads.
+  HFA_HOST_DEVICE int packed_rows() const { return seqlen_q * group_size(); }
+};
+
+}  // namespace hfa

@@ -1,0 +1,60 @@
+// One KV tile's step of the online softmax (FlashAttention-2, Algorithm 1, lines 8-10) on a warp's
+// mma.sync score fragments (layout: mma.cuh): rows g and g + 8 of each 16-row tile, each row's
+// scores spread over the four lanes of a quad. Shared by the FA2 forward and flash decode.
+#pragma once
+
+#include <cmath>
+
+#include "kernels/common/numeric.cuh"
+#include "kernels/common/quad_reduce.cuh"
+#include "kernels/sm80/common/mma.cuh"
+
+namespace hfa::sm80 {
+
+// Online softmax over one tile: new running max per row, P = exp2(S * factor - max * factor)
+// in place of the scores, the row sums (per lane; the quad's sum is taken at the end) and the
+// accumulated O rescaled to the new max. The maxima are kept unscaled (fragment_mask.cuh: factor);
+// -inf means the row has seen no key yet. Lazy rescaling: the reference max moves only when the
+// tile's max exceeds it by more than 2^kLazyRescaleLog2 (P <= 2^8 otherwise; O and the row sum
+// share the reference, so the softmax is the same), so that once a row has settled its warp skips
+// the O rescale (D / 2 multiplies per row tile).
+template <int MT, int NT, int OT>
+__device__ __forceinline__ void online_softmax_tile(float (&s)[MT][NT][4], float (&row_max)[MT][2],
+                                                    float (&row_sum)[MT][2], float (&o)[MT][OT][4],
+                                                    float factor) {
+  constexpr float kLazyRescaleLog2 = 8.f;
+  float correction[MT][2];
+  bool max_moved = false;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = row_max[mt][r];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+      mx = quad_max(mx);
+      if (row_max[mt][r] != -INFINITY && (mx - row_max[mt][r]) * factor <= kLazyRescaleLog2)
+        mx = row_max[mt][r];
+      // A row with no visible key so far keeps max -inf: subtract 0 so exp2 gives 0, not NaN.
+      const float base = mx == -INFINITY ? 0.f : mx * factor;
+      correction[mt][r] = mx == row_max[mt][r] && mx != -INFINITY
+                              ? 1.f
+                              : exp2_approx(fmaf(row_max[mt][r], factor, -base));
+      max_moved = max_moved || mx != row_max[mt][r];
+      row_max[mt][r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          s[mt][nt][2 * r + c] = exp2_approx(fmaf(s[mt][nt][2 * r + c], factor, -base));
+          sum += s[mt][nt][2 * r + c];
+        }
+      row_sum[mt][r] = row_sum[mt][r] * correction[mt][r] + sum;
+    }
+  if (__any_sync(0xffffffffu, max_moved))
+    for_each_fragment_element<MT, OT>(
+        [&](int mt, int nt, int i) { o[mt][nt][i] *= correction[mt][i / 2]; });
+}
+
+}  // namespace hfa::sm80

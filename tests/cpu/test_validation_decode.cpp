@@ -1,0 +1,209 @@
+// Flash decode's host rules, one test each (no GPU: validation never dereferences the buffers),
+// and the split heuristic's properties.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "api/decode_validate.h"
+#include "kernels/decode/decode.h"
+#include "kernels/decode/decode_shape.h"
+#include "validation_test_util.h"
+
+namespace hfa {
+namespace {
+
+using namespace validation_test;
+
+constexpr int kCap = 256, kPageSize = 16, kPages = 40, kNew = 2;
+alignas(16) unsigned char g_kc[16], g_vc[16], g_kn[16], g_vn[16];
+alignas(16) int g_seqlens[4], g_table[64], g_batch_idx[4];
+
+DecodeArgs valid_decode_args(bool paged = false) {
+  DecodeArgs a;
+  a.q = make_tensor(g_q, DType::kBF16, {kB, 1, kHq, kD});
+  a.out = make_tensor(g_o, DType::kBF16, {kB, 1, kHq, kD});
+  a.lse = make_tensor(g_lse, DType::kFP32, {kB, kHq, 1});
+  if (paged) {
+    a.k_cache = make_tensor(g_kc, DType::kBF16, {kPages, kPageSize, kHkv, kD});
+    a.v_cache = make_tensor(g_vc, DType::kBF16, {kPages, kPageSize, kHkv, kD});
+    a.page_table = make_tensor(g_table, DType::kI32, {kB, kCap / kPageSize});
+  } else {
+    a.k_cache = make_tensor(g_kc, DType::kBF16, {kB, kCap, kHkv, kD});
+    a.v_cache = make_tensor(g_vc, DType::kBF16, {kB, kCap, kHkv, kD});
+  }
+  a.cache_seqlens = make_tensor(g_seqlens, DType::kI32, {kB});
+  return a;
+}
+
+Status normalize(const DecodeArgs& a, DecodeProblem* p = nullptr) {
+  DecodeProblem local;
+  return normalize_decode(a, p ? p : &local);
+}
+
+TEST(DecodeValidation, ValidArgumentsPass) {
+  for (bool paged : {false, true}) {
+    DecodeProblem p;
+    DecodeArgs a = valid_decode_args(paged);
+    a.k_new = make_tensor(g_kn, DType::kBF16, {kB, kNew, kHkv, kD});
+    a.v_new = make_tensor(g_vn, DType::kBF16, {kB, kNew, kHkv, kD});
+    ASSERT_TRUE(normalize(a, &p).ok()) << normalize(a).message;
+    EXPECT_EQ(p.capacity, kCap);
+    EXPECT_EQ(p.paged(), paged);
+    EXPECT_EQ(p.seqlen_new, kNew);
+    EXPECT_EQ(p.group_size(), kHq / kHkv);
+    EXPECT_EQ(p.packed_rows(), kHq / kHkv);
+    if (paged) EXPECT_EQ(1 << p.page_size_log2, kPageSize);
+    DecodePlan plan;
+    ASSERT_TRUE(plan_decode_for(p, hopper(), &plan).ok());
+    EXPECT_GE(plan.num_splits, 1);
+    EXPECT_TRUE(check_plan_matches(p, plan, 0).ok());
+  }
+  EXPECT_EQ(size_of(DType::kI32), 4);
+  EXPECT_STREQ(to_string(DType::kI32), "int32");
+}
+
+TEST(DecodeValidation, CacheSeqlensRequiredAndInt32) {
+  DecodeArgs a = valid_decode_args();
+  a.cache_seqlens = TensorView{};
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"cache_seqlens:", "required"});
+  a = valid_decode_args();
+  a.cache_seqlens.dtype = DType::kFP32;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"cache_seqlens:", "int32"});
+  a = valid_decode_args();
+  a.cache_seqlens = make_tensor(g_seqlens, DType::kI32, {kB + 1});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"cache_seqlens:", "(batch)"});
+}
+
+TEST(DecodeValidation, DtypesAndShapes) {
+  DecodeArgs a = valid_decode_args();
+  a.q.dtype = a.out.dtype = a.k_cache.dtype = a.v_cache.dtype = DType::kE4M3;
+  expect_error(normalize(a), StatusCode::kUnsupported, {"q:", "e4m3", "not supported"});
+  a = valid_decode_args();
+  a.q.dtype = a.out.dtype = a.k_cache.dtype = a.v_cache.dtype = DType::kFP32;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"q:", "bf16 or fp16"});
+  a = valid_decode_args();
+  a.v_cache.dtype = DType::kFP16;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"v_cache:", "dtype"});
+  a = valid_decode_args();
+  a.v_cache.shape[1] = kCap - 1;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"v_cache:", "k_cache's shape"});
+  a = valid_decode_args();
+  a.out.shape[1] = 2;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"out:", "q's shape"});
+  a = valid_decode_args();
+  a.k_cache.shape[2] = a.v_cache.shape[2] = 3;  // 8 query heads are not a multiple of 3
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k_cache:", "heads_kv = 3", "multiple"});
+  a = valid_decode_args();
+  a.k_cache.shape[0] = a.v_cache.shape[0] = kB - 1;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k_cache:", "batch_cache"});
+  a = valid_decode_args();
+  a.lse = make_tensor(g_lse, DType::kFP32, {kB, kHq, 2});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"lse:", "(batch, heads_q, seqlen_q)"});
+}
+
+TEST(DecodeValidation, HeadDimMustBeSupported) {
+  DecodeArgs a = valid_decode_args();
+  for (TensorView* t : {&a.q, &a.out, &a.k_cache, &a.v_cache}) t->shape[3] = 96;
+  expect_error(normalize(a), StatusCode::kUnsupported, {"head_dim 96", "64, 128, 256"});
+}
+
+TEST(DecodeValidation, PagedCacheRules) {
+  DecodeArgs a = valid_decode_args(true);
+  a.k_cache.shape[1] = a.v_cache.shape[1] = 24;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k_cache:", "page_size", "power of two"});
+  a = valid_decode_args(true);
+  a.page_table.dtype = DType::kFP32;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"page_table:", "int32"});
+  a = valid_decode_args(true);
+  a.page_table = make_tensor(g_table, DType::kI32, {kB + 1, 4});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"page_table:", "dimension 0"});
+  a = valid_decode_args(true);
+  a.cache_batch_idx = make_tensor(g_batch_idx, DType::kI32, {kB});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"cache_batch_idx:", "paged"});
+}
+
+TEST(DecodeValidation, CacheBatchIdxRules) {
+  DecodeArgs a = valid_decode_args();
+  a.cache_batch_idx = make_tensor(g_batch_idx, DType::kI32, {kB});
+  a.k_cache.shape[0] = a.v_cache.shape[0] = 1;  // fewer cache rows than sequences: fine with an index
+  EXPECT_TRUE(normalize(a).ok()) << normalize(a).message;
+  a.cache_batch_idx = make_tensor(g_batch_idx, DType::kI32, {kB, 1});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"cache_batch_idx:", "rank 1"});
+}
+
+TEST(DecodeValidation, NewKeysRules) {
+  DecodeArgs a = valid_decode_args();
+  a.k_new = make_tensor(g_kn, DType::kBF16, {kB, kNew, kHkv, kD});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"v_new:", "together"});
+  a.v_new = make_tensor(g_vn, DType::kBF16, {kB, kNew + 1, kHkv, kD});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k_new/v_new:", "seqlen_new"});
+  a.k_new = make_tensor(g_kn, DType::kBF16, {kB, kCap + 1, kHkv, kD});
+  a.v_new = make_tensor(g_vn, DType::kBF16, {kB, kCap + 1, kHkv, kD});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k_new:", "capacity"});
+}
+
+TEST(DecodeValidation, ScaleSplitsAlignment) {
+  DecodeArgs a = valid_decode_args();
+  a.softmax_scale = INFINITY;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"softmax_scale:", "finite"});
+  a = valid_decode_args();
+  a.num_splits = flash_decode::kDecodeMaxSplits + 1;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"num_splits:", "256"});
+  a.num_splits = -1;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"num_splits:"});
+  a = valid_decode_args();
+  a.q.data = g_q + 2;
+  expect_error(normalize(a), StatusCode::kUnsupported, {"q:", "16-byte"});
+  a = valid_decode_args();
+  a.k_cache.stride[1] = kHkv * kD + 4;  // rows 8 bytes apart from 16-byte alignment
+  expect_error(normalize(a), StatusCode::kUnsupported, {"k_cache:", "stride", "16 bytes"});
+}
+
+TEST(DecodeValidation, DeviceRules) {
+  DecodeProblem p;
+  ASSERT_TRUE(normalize(valid_decode_args(), &p).ok());
+  DeviceInfo old = hopper();
+  old.cc_major = 7, old.cc_minor = 5;
+  DecodePlan plan;
+  expect_error(plan_decode_for(p, old, &plan), StatusCode::kUnsupported, {"decode:", "8.0"});
+  DeviceInfo small = hopper();
+  small.max_smem_per_block_optin = 16 * 1024;
+  expect_error(plan_decode_for(p, small, &plan), StatusCode::kUnsupported, {"decode:", "shared memory"});
+}
+
+TEST(DecodeValidation, PlanMustMatchTheShapes) {
+  DecodeProblem p;
+  ASSERT_TRUE(normalize(valid_decode_args(), &p).ok());
+  DecodePlan plan;
+  ASSERT_TRUE(plan_decode_for(p, hopper(), &plan).ok());
+  DecodeProblem other = p;
+  other.batch = p.batch + 1;
+  expect_error(check_plan_matches(other, plan, 0), StatusCode::kInvalidArgument, {"plan:", "batch"});
+  expect_error(check_plan_matches(p, plan, 1), StatusCode::kInvalidArgument, {"plan:", "device"});
+  expect_error(check_plan_matches(p, DecodePlan{}, 0), StatusCode::kInvalidArgument, {"plan:", "plan_decode"});
+}
+
+// The heuristic: splits fill the GPU when (batch x KV heads) does not, never more than the keys
+// allow, one split when there are CTAs for a full wave; an explicit count is kept.
+TEST(DecodeValidation, SplitHeuristic) {
+  DecodeProblem p;
+  ASSERT_TRUE(normalize(valid_decode_args(), &p).ok());
+  p.batch = 1, p.heads_kv = 8, p.heads_q = 32, p.head_dim = 128, p.capacity = 65536;
+  const int splits = flash_decode::choose_num_splits(p, 132);
+  EXPECT_GE(splits * 8, 132);
+  p.capacity = 256;  // 4 tiles: no room for more than one split of kMinTilesPerSplit tiles
+  EXPECT_EQ(flash_decode::choose_num_splits(p, 132), 1);
+  p.capacity = 16384, p.batch = 64;
+  EXPECT_EQ(flash_decode::choose_num_splits(p, 132), 1);
+  p.num_splits = 0, p.batch = 1, p.capacity = 8192;
+  DecodePlan plan;
+  ASSERT_TRUE(plan_decode_for(p, hopper(), &plan).ok());
+  EXPECT_GT(plan.num_splits, 1);
+  EXPECT_EQ(plan.workspace_bytes, size_t(plan.num_splits) * 1 * 1 * 32 * (128 + 1) * 4);
+  p.num_splits = 3;
+  ASSERT_TRUE(plan_decode_for(p, hopper(), &plan).ok());
+  EXPECT_EQ(plan.num_splits, 3);
+}
+
+}  // namespace
+}  // namespace hfa

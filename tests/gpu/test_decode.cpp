@@ -1,0 +1,229 @@
+// Flash decode vs the fp64 reference (check_decode.h): contiguous and paged caches, random
+// cache_seqlens (0, 1 and full among them), shuffled page tables, appended keys, causal with up to
+// 16 new tokens, GQA / MQA / MHA, every head dim, forced split counts; CUDA graph replay; errors.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "check/check_decode.h"
+#include "gpu_test_util.h"
+
+namespace hfa {
+namespace {
+
+using check::DecodeBuffers;
+using check::DecodeCheckResult;
+using check::DecodeConfig;
+
+void expect_pass(const DecodeConfig& c, uint64_t seed, int64_t max_rows = 512) {
+  DecodeBuffers buf;
+  ASSERT_TRUE(buf.allocate(c, seed).ok()) << c.describe();
+  DecodeCheckResult r;
+  const Status st = check::run_decode_check(buf, max_rows, &r);
+  ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
+  EXPECT_TRUE(r.pass) << c.describe() << ": " << r.message;
+}
+
+struct DecodeParam {
+  int head_dim;
+  DType dtype;
+  int page_size;  // 0: contiguous
+};
+
+class DecodeMatrix : public ::testing::TestWithParam<DecodeParam> {};
+
+// Shapes: (batch, seqlen_q, heads_q, heads_kv, capacity, seqlen_new, causal).
+struct DecodeShapeCase {
+  int batch, seqlen_q, heads_q, heads_kv, capacity, seqlen_new;
+  bool causal;
+};
+constexpr DecodeShapeCase kShapes[] = {
+    {5, 1, 32, 8, 700, 0, false},    // GQA 4:1, one token, random lengths (0, 1, full among them)
+    {4, 1, 16, 2, 1000, 1, false},   // GQA 8:1, one appended token
+    {3, 4, 8, 1, 333, 4, true},      // MQA, speculative: 4 new tokens, causal
+    {3, 16, 4, 4, 513, 16, true},    // MHA, 16 tokens: 64 packed rows (4 row blocks)
+    {2, 16, 32, 8, 300, 0, true},    // GQA, causal 16 tokens past the cache (rows past it see none)
+    {6, 2, 12, 2, 2100, 2, false},   // GQA 6:1, long caches
+};
+
+TEST_P(DecodeMatrix, MatchesReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  const DecodeParam& param = GetParam();
+  uint64_t seed = 1;
+  for (const DecodeShapeCase& s : kShapes) {
+    DecodeConfig c;
+    c.dtype = param.dtype, c.head_dim = param.head_dim, c.page_size = param.page_size;
+    c.batch = s.batch, c.seqlen_q = s.seqlen_q, c.heads_q = s.heads_q, c.heads_kv = s.heads_kv;
+    c.capacity = s.capacity, c.seqlen_new = s.seqlen_new, c.causal = s.causal;
+    expect_pass(c, ++seed);
+  }
+}
+
+std::vector<DecodeParam> decode_params() {
+  std::vector<DecodeParam> v;
+  for (int d : testing::compiled_head_dims())
+    for (DType t : {DType::kBF16, DType::kFP16})
+      for (int page : {0, 16, 64, 256}) v.push_back({d, t, page});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Decode, DecodeMatrix, ::testing::ValuesIn(decode_params()),
+                         [](const ::testing::TestParamInfo<DecodeParam>& info) {
+                           const DecodeParam& p = info.param;
+                           return "d" + std::to_string(p.head_dim) + "_" + to_string(p.dtype) +
+                                  (p.page_size ? "_page" + std::to_string(p.page_size) : "_contiguous");
+                         });
+
+// Every split count gives the right answer, including more splits than key tiles (empty splits).
+TEST(Decode, ForcedSplitCounts) {
+  HFA_SKIP_WITHOUT_GPU();
+  for (int d : testing::compiled_head_dims())
+    for (int splits : {1, 2, 3, 7, 16, 33, 64}) {
+      DecodeConfig c;
+      c.head_dim = d, c.batch = 3, c.heads_q = 16, c.heads_kv = 4, c.capacity = 1500;
+      c.page_size = splits % 2 ? 32 : 0, c.num_splits = splits, c.seqlen_q = 2, c.causal = true;
+      c.seqlen_new = 2;
+      expect_pass(c, 100 + splits);
+    }
+}
+
+TEST(Decode, CacheBatchIdxAndScales) {
+  HFA_SKIP_WITHOUT_GPU();
+  DecodeConfig c;
+  c.head_dim = testing::compiled_head_dims()[0];
+  c.batch = 4, c.heads_q = 8, c.heads_kv = 2, c.capacity = 640, c.cache_batch_idx = true;
+  c.seqlen_new = 1;
+  expect_pass(c, 7);
+  for (float scale : {0.f, -0.37f, 2.f}) {
+    c.softmax_scale = scale;
+    c.with_lse = scale != 2.f;
+    expect_pass(c, 8);
+  }
+}
+
+TEST(Decode, EmptyCachesAndEmptyBatch) {
+  HFA_SKIP_WITHOUT_GPU();
+  DecodeConfig c;
+  c.head_dim = testing::compiled_head_dims()[0];
+  c.batch = 3, c.heads_q = 8, c.heads_kv = 8, c.capacity = 64;
+  c.cache_seqlens = {0, 0, 0};  // no key anywhere: O = 0, LSE = -inf
+  expect_pass(c, 9);
+  c.num_splits = 4;
+  expect_pass(c, 10);
+  c.batch = 0, c.cache_seqlens.clear();
+  DecodeBuffers buf;
+  ASSERT_TRUE(buf.allocate(c, 11).ok());
+  EXPECT_TRUE(decode(buf.args()).ok());
+}
+
+// seqlen_q = 0 with k_new: the keys are appended, nothing else runs.
+TEST(Decode, AppendOnly) {
+  HFA_SKIP_WITHOUT_GPU();
+  DecodeConfig c;
+  c.head_dim = testing::compiled_head_dims()[0];
+  c.batch = 2, c.seqlen_q = 0, c.heads_q = 4, c.heads_kv = 2, c.capacity = 100, c.seqlen_new = 3;
+  c.page_size = 16;
+  expect_pass(c, 12);
+}
+
+// A decode step captured in a CUDA graph and replayed with new cache_seqlens and a new page table
+// (same device pointers) gives what an eager call on the same inputs gives, bit for bit.
+TEST(Decode, GraphReplayEqualsEager) {
+  HFA_SKIP_WITHOUT_GPU();
+  DecodeConfig c;
+  c.head_dim = testing::compiled_head_dims()[0];
+  c.batch = 2, c.heads_q = 32, c.heads_kv = 8, c.capacity = 4096, c.page_size = 64;
+  DecodeBuffers buf;
+  ASSERT_TRUE(buf.allocate(c, 13).ok());
+  const DecodeArgs args = buf.args();
+  DecodePlan plan;
+  ASSERT_TRUE(plan_decode(args, &plan).ok());
+  ASSERT_GT(plan.num_splits, 1) << "the test wants the combine kernel in the graph";
+  void* workspace = nullptr;
+  ASSERT_EQ(cudaMalloc(&workspace, plan.workspace_bytes), cudaSuccess);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const Status captured = decode(args, plan, workspace, plan.workspace_bytes, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(captured.ok()) << captured.message;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+
+  const size_t out_bytes = buf.out.numel() * 2, lse_bytes = buf.lse.numel() * 4;
+  const int pages = static_cast<int>(buf.page_table.shape[1]);
+  for (int step = 0; step < 3; ++step) {
+    // New lengths and a new page mapping (the second sequence's pages reversed).
+    std::vector<int> lens = {1000 + 1234 * step, 4096 - 77 * step};
+    ASSERT_EQ(cudaMemcpy(buf.cache_seqlens.data, lens.data(), 8, cudaMemcpyHostToDevice), cudaSuccess);
+    std::vector<int> table(2 * buf.page_table.stride[0]);
+    ASSERT_EQ(cudaMemcpy(table.data(), buf.page_table.data, table.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    std::reverse(table.begin() + buf.page_table.stride[0], table.begin() + buf.page_table.stride[0] + pages);
+    ASSERT_EQ(cudaMemcpy(buf.page_table.data, table.data(), table.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+
+    ASSERT_TRUE(buf.poison_outputs().ok());
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    std::vector<uint8_t> graph_out(out_bytes), graph_lse(lse_bytes), eager_out(out_bytes), eager_lse(lse_bytes);
+    ASSERT_EQ(cudaMemcpy(graph_out.data(), buf.out.data, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(graph_lse.data(), buf.lse.data, lse_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+
+    // Eager on the same inputs, and checked against the reference.
+    buf.seqlens = lens;
+    DecodeCheckResult r;
+    ASSERT_TRUE(check::run_decode_check(buf, 256, &r, [&](const DecodeArgs& a) {
+                  return decode(a, plan, workspace, plan.workspace_bytes, nullptr);
+                }).ok());
+    EXPECT_TRUE(r.pass) << "step " << step << ": " << r.message;
+    ASSERT_EQ(cudaMemcpy(eager_out.data(), buf.out.data, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(eager_lse.data(), buf.lse.data, lse_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(graph_out, eager_out) << "step " << step;
+    EXPECT_EQ(graph_lse, eager_lse) << "step " << step;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  cudaFree(workspace);
+}
+
+// Rejected arguments launch nothing: the poisoned output stays poisoned and the cache unchanged.
+TEST(Decode, ErrorsTouchNothing) {
+  HFA_SKIP_WITHOUT_GPU();
+  DecodeConfig c;
+  c.head_dim = testing::compiled_head_dims()[0];
+  c.batch = 2, c.heads_q = 8, c.heads_kv = 2, c.capacity = 128, c.seqlen_new = 1;
+  DecodeBuffers buf;
+  ASSERT_TRUE(buf.allocate(c, 14).ok());
+  std::vector<uint8_t> cache_before(buf.k_cache.numel() * 2), cache_after(cache_before.size());
+  ASSERT_EQ(cudaMemcpy(cache_before.data(), buf.k_cache.data, cache_before.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  DecodeArgs a = buf.args();
+  a.num_splits = 999;
+  EXPECT_EQ(decode(a).code, StatusCode::kInvalidArgument);
+  a = buf.args();
+  a.v_new = TensorView{};
+  EXPECT_EQ(decode(a).code, StatusCode::kInvalidArgument);
+  a = buf.args();
+  DecodePlan plan;
+  ASSERT_TRUE(plan_decode(a, &plan).ok());
+  a.q.shape[0] = a.out.shape[0] = 1;  // a different batch than planned
+  a.cache_seqlens.shape[0] = 1;
+  a.k_new.shape[0] = a.v_new.shape[0] = 1;
+  a.lse.shape[0] = 1;
+  EXPECT_EQ(decode(a, plan, nullptr, 0).code, StatusCode::kInvalidArgument);
+  if (plan.workspace_bytes > 0)
+    EXPECT_EQ(decode(buf.args(), plan, nullptr, 0).code, StatusCode::kInvalidArgument);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint16_t> out(buf.out.numel());
+  ASSERT_EQ(cudaMemcpy(out.data(), buf.out.data, out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (uint16_t x : out) ASSERT_EQ(x, 0xFFFF);
+  ASSERT_EQ(cudaMemcpy(cache_after.data(), buf.k_cache.data, cache_after.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cache_before, cache_after);
+}
+
+}  // namespace
+}  // namespace hfa
