@@ -9,6 +9,8 @@
 #      python/bench_fp8_peers.py: FlashAttention-3's FP8 forward and the FP8 GEMM next to the k7
 #      and k8 sweeps (step "peers-fp8"); python/fp8_accuracy.py, the FP8 RMSE study (step
 #      "fp8-accuracy", after "python")
+#   6. flash decode: its sanitizer runs (step "decode-sanitize") and hfa-bench --decode's sweep
+#      next to cuDNN, torch's FLASH backend and FlashAttention-3 (step "decode")
 # Logs go to $OUT (default ./gpu-check-out) as few files (the device tool returns at most 8):
 # summary.txt, steps.log, tables.txt, sweep-<kernel>.json, peers.json, peers.png, peers-bwd.json.
 # Builds first unless $HFA_BUILD_DIR already holds working binaries (carried builds).
@@ -47,6 +49,15 @@ step() {
     note "FAIL  $name (exit $?, $((SECONDS - t0)) s): see steps.log"
     failed=1
   fi
+}
+
+# The peers that travel as wheels (.whl/: fa3_fwd; .whl-cudnn/: nvidia-cudnn-frontend), into
+# /tmp/hfa-peers on PYTHONPATH.
+install_peer_wheels() {
+  for w in "$root"/.whl/*.whl "$root"/.whl-cudnn/*.whl; do
+    [ -f "$w" ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/hfa-peers "$w" \
+      && export PYTHONPATH=/tmp/hfa-peers:${PYTHONPATH:-}
+  done
 }
 
 note "gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $HFA_COMMIT"
@@ -154,15 +165,32 @@ if [[ " $steps " == *" peers-fp8 "* ]]; then
   # "sweep" with k7 in SWEEP_KERNELS first). The fa3_fwd wheel travels in .whl/ (README).
   # cuDNN's FP8 peer: the nvidia-cudnn-frontend wheel (cp312) in .whl-cudnn/ (64 MiB carry limit:
   # it travels in a call of its own with --peers cudnn_fp8 in PEER_FP8_ARGS).
-  for w in "$root"/.whl/*.whl "$root"/.whl-cudnn/*.whl; do
-    [ -f "$w" ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/hfa-peers "$w" \
-      && export PYTHONPATH=/tmp/hfa-peers:${PYTHONPATH:-}
-  done
+  install_peer_wheels
   merge=""
   for k in k7 k8; do [ -f "$out/sweep-$k.json" ] && merge="$merge $out/sweep-$k.json"; done
   [ -n "$merge" ] && merge="--merge $merge"
   step peers-fp8 bash -c "set -o pipefail; cd '$root/python' && PYTHONUNBUFFERED=1 python3 bench_fp8_peers.py \
     ${PEER_FP8_ARGS:---peers fa3_fp8} $merge --json '$out/peers-fp8.json' | tee -a '$out/tables.txt'"
+fi
+
+if [[ " $steps " == *" decode-sanitize "* ]]; then
+  # Flash decode's kernels (split, combine, append) through its GPU tests: forced split counts
+  # (empty splits), appended keys, a paged cache, cache_batch_idx.
+  for tool in memcheck racecheck synccheck; do
+    step "sanitize-$tool-decode" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+      "$build/tests/hfa_gpu_tests" --gtest_filter='Decode.ForcedSplitCounts:Decode.AppendOnly:Decode.CacheBatchIdxAndScales:Decode/DecodeMatrix.MatchesReference/d*_bf16_page16'
+  done
+fi
+
+if [[ " $steps " == *" decode "* ]]; then
+  # hfa-bench's decode sweep (contiguous and page size 64, checked on a batch that fits the host
+  # checker), then cuDNN, torch's FLASH backend and FlashAttention-3 (wheel in .whl/) on it.
+  step decode-sweep bash -c "set -o pipefail; '$bench' --decode --sweep --check --page-size 0,64 \
+    ${DECODE_ARGS:-} --json '$out/decode.json' | tee -a '$out/tables.txt'"
+  install_peer_wheels
+  step decode-peers bash -c "set -o pipefail; cd '$root/python' && PYTHONUNBUFFERED=1 python3 \
+    bench_decode_peers.py --merge '$out/decode.json' --json '$out/decode-peers.json' \
+    --plot '$out/decode.png' | tee -a '$out/tables.txt'"
 fi
 
 if [[ " $steps " == *" fp8-accuracy "* ]]; then

@@ -26,6 +26,10 @@ struct Row {
   std::string kind = "fwd";
   check::Config config;
   double ms = 0, tflops = 0;
+  double gbps = 0;    // decode: bytes of K and V read per second / 1e9
+  int page_size = 0;  // decode: 0 contiguous cache, else the paged cache's page size
+  int num_splits = 0; // decode: the plan's split count
+  double host_us = 0; // decode: host time of one planned decode() call (validation + launches)
   std::optional<bool> check_pass;  // unset: not checked
   double max_abs_err = 0, rel_rms = 0;
   std::string error;  // set when the kernel did not run (unsupported, out of memory, ...)
@@ -37,6 +41,15 @@ std::vector<check::Config> sweep_configs(DType dtype, const std::vector<int>& he
 
 // Checks (if asked) and times `config` with config.kernel. Never throws; errors go to row.error.
 Row run_config(const check::Config& config, const Options& options, uint64_t seed);
+
+// Flash decode (hfa::decode): one new token (seqlen_q) per sequence against full caches of
+// seqlen_k keys. The sweep: batch {1, 8, 32, 64, 128} x KV length {2k, 8k, 16k, 64k}, 32 query /
+// 8 KV heads, d = 128; then MHA 32/32 and d = 64 / 256 at a few points. Each config is run for
+// every page size in `page_sizes` (0 = contiguous).
+std::vector<check::Config> decode_sweep_configs(DType dtype);
+// Checks (on a smaller batch where the cache is too large to check on the host) and times one
+// decode configuration; row.impl is "decode" or "decode_paged".
+Row run_decode_config(const check::Config& config, int page_size, const Options& options, uint64_t seed);
 
 std::string format_row(const Row& row);  // one table line
 std::string table_header();

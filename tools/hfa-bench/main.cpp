@@ -41,6 +41,65 @@ bool have_gpu(std::string* why) {
   return true;
 }
 
+struct DecodeOptions {
+  bool sweep;
+  int seqlen, seqlen_k, head_dim, batch, heads, heads_kv;
+  bool causal;
+  std::string dtype_name, json_path;
+  std::vector<int> page_sizes;
+};
+
+// hfa-bench --decode: the decode sweep or one configuration, for every page size.
+int run_decode(const CLI::App& app, hfa::bench::Options opt, const DecodeOptions& o, int argc, char** argv) {
+  if (opt.seed == 0)
+    opt.seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::fprintf(stderr, "hfa-bench: seed %llu\n", static_cast<unsigned long long>(opt.seed));
+  const hfa::DType dtype = o.dtype_name == "fp16" ? hfa::DType::kFP16 : hfa::DType::kBF16;
+  if (o.dtype_name == "e4m3") {
+    std::fprintf(stderr, "hfa-bench: --decode takes bf16 or fp16 (e4m3 caches are not supported yet)\n");
+    return 2;
+  }
+  std::vector<hfa::check::Config> configs;
+  if (o.sweep) {
+    configs = hfa::bench::decode_sweep_configs(dtype);
+  } else {
+    hfa::check::Config c;
+    c.dtype = dtype;
+    c.seqlen_q = app.count("--seqlen") ? o.seqlen : 1;
+    c.seqlen_k = app.count("--seqlen-k") ? o.seqlen_k : 8192;
+    c.head_dim = app.count("--headdim") ? o.head_dim : 128;
+    c.batch = o.batch > 0 ? o.batch : 1;
+    c.heads_q = o.heads > 0 ? o.heads : 32;
+    c.heads_kv = o.heads_kv > 0 ? o.heads_kv : 8;
+    c.causal = o.causal;
+    configs.push_back(c);
+  }
+  std::vector<hfa::bench::Row> rows;
+  int failures = 0, not_run = 0, n = 0;
+  const int total = static_cast<int>(configs.size() * o.page_sizes.size());
+  for (const hfa::check::Config& c : configs)
+    for (int page : o.page_sizes) {
+      hfa::bench::Row row = hfa::bench::run_decode_config(c, page, opt, opt.seed + 7919 * n);
+      ++n;
+      if (row.check_pass && !*row.check_pass) ++failures;
+      if (row.ms <= 0) ++not_run;
+      std::fprintf(stderr, "[%d/%d] %s\n", n, total, hfa::bench::format_row(row).c_str());
+      rows.push_back(row);
+    }
+  for (const hfa::bench::Row& r : rows) std::printf("%s\n", hfa::bench::format_row(r).c_str());
+  if (!o.json_path.empty()) {
+    std::string err;
+    if (!hfa::bench::write_json(o.json_path, hfa::bench::collect_run_info(argc, argv), rows, &err)) {
+      std::fprintf(stderr, "hfa-bench: %s\n", err.c_str());
+      return 2;
+    }
+    std::fprintf(stderr, "hfa-bench: wrote %s\n", o.json_path.c_str());
+  }
+  if (failures) std::fprintf(stderr, "hfa-bench: %d check(s) FAILED\n", failures);
+  if (not_run) std::fprintf(stderr, "hfa-bench: %d configuration(s) did not run\n", not_run);
+  return failures ? 1 : (not_run && !o.sweep ? 2 : 0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,6 +135,14 @@ int main(int argc, char** argv) {
   app.add_option("--iters", opt.iters, "timed iterations (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", opt.warmup, "untimed warm-up iterations")->check(CLI::NonNegativeNumber);
   app.add_option("--seed", opt.seed, "random seed (default: fresh each run)");
+  bool decode = false;
+  std::vector<int> page_sizes = {0};
+  app.add_flag("--decode", decode,
+               "flash decode (hfa::decode): --seqlen new tokens (default 1) against full caches of "
+               "--seqlen-k keys (default 8192), --batch (default 1), 32/8 heads, d 128 unless given; "
+               "with --sweep, the decode sweep. Reports GB/s of K and V read");
+  app.add_option("--page-size", page_sizes, "--decode: page sizes to run, 0 = contiguous cache (default 0)")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
 
   if (list) {
@@ -86,6 +153,15 @@ int main(int argc, char** argv) {
   if (!have_gpu(&why)) {
     std::fprintf(stderr, "hfa-bench: no CUDA GPU available (%s); only --list works without one\n", why.c_str());
     return 2;
+  }
+  if (decode) {
+    if (!kernels.empty() || opt.backward) {
+      std::fprintf(stderr, "hfa-bench: --decode takes no kernel names and no --bwd\n");
+      return 2;
+    }
+    return run_decode(app, opt, DecodeOptions{sweep, seqlen, seqlen_k, head_dim, batch, heads,
+                                               heads_kv, causal, dtype_name, json_path, page_sizes},
+                      argc, argv);
   }
   if (kernels.empty()) kernels = {"auto"};
   for (const std::string& k : kernels) {

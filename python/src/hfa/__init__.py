@@ -14,7 +14,8 @@ import torch
 
 from . import _C  # the compiled binding; loads libhfa.so shipped next to it
 
-__all__ = ["attention", "quantize_fp8", "Fp8Inputs", "list_kernels", "select_kernel"]
+__all__ = ["attention", "attention_with_kvcache", "plan_decode", "DecodePlan", "quantize_fp8",
+           "Fp8Inputs", "list_kernels", "select_kernel"]
 
 
 def _check_rank(q: torch.Tensor) -> None:
@@ -194,6 +195,79 @@ def quantize_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hadamard: bo
     else:
         descales = {"q_descale": qs, "k_descale": ks, "v_descale": vs}
     return Fp8Inputs(q8, k8, v8, descales)
+
+
+@torch.library.custom_op("hfa::attention_with_kvcache", mutates_args=("k_cache", "v_cache"))
+def _attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            k: Optional[torch.Tensor], v: Optional[torch.Tensor],
+                            cache_seqlens: torch.Tensor, page_table: Optional[torch.Tensor],
+                            cache_batch_idx: Optional[torch.Tensor], causal: bool,
+                            softmax_scale: Optional[float], num_splits: int,
+                            workspace: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    _check_rank(q)
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    _C.decode(q, k_cache, v_cache, k, v, cache_seqlens, page_table, cache_batch_idx, out, lse,
+              causal, softmax_scale, num_splits, workspace)
+    return out, lse
+
+
+@_attention_with_kvcache.register_fake
+def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, cache_batch_idx, causal, softmax_scale,
+      num_splits, workspace):
+    _check_rank(q)
+    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+            q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
+
+
+class DecodePlan(NamedTuple):
+    """What plan_decode returns: the split count for one set of decode shapes and the workspace
+    it needs (allocated once). Pass it as attention_with_kvcache(..., plan=p) to every call with
+    the same shapes (the layers of one decode step, CUDA graph replays) to skip the planning."""
+    num_splits: int
+    workspace: torch.Tensor
+
+
+def plan_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                cache_seqlens: torch.Tensor, k: Optional[torch.Tensor] = None,
+                v: Optional[torch.Tensor] = None, page_table: Optional[torch.Tensor] = None,
+                cache_batch_idx: Optional[torch.Tensor] = None, causal: bool = False,
+                num_splits: int = 0) -> DecodePlan:
+    """The split count (num_splits=0: the library's heuristic) and workspace for these shapes."""
+    splits, nbytes = _C.plan_decode(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
+                                    cache_batch_idx, causal, num_splits)
+    return DecodePlan(splits, torch.empty(nbytes, dtype=torch.uint8, device=q.device))
+
+
+def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           k: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None,
+                           cache_seqlens: Optional[torch.Tensor] = None,
+                           page_table: Optional[torch.Tensor] = None,
+                           cache_batch_idx: Optional[torch.Tensor] = None, causal: bool = False,
+                           softmax_scale: Optional[float] = None, num_splits: int = 0,
+                           return_lse: bool = False, plan: Optional[DecodePlan] = None):
+    """Flash decode, as FlashAttention's flash_attn_with_kvcache: q (batch, seqlen_q, heads_q,
+    head_dim) attends to the first cache_seqlens[b] (+ seqlen_new) keys of its sequence's cache.
+
+    k_cache, v_cache: contiguous (batch_cache, capacity, heads_kv, head_dim), or paged
+    (num_pages, page_size, heads_kv, head_dim) with page_table int32 (batch, max_pages), page_size
+    a power of two. cache_seqlens: int32 (batch), required. cache_batch_idx: int32 (batch),
+    contiguous caches only. k, v: (batch, seqlen_new, heads_kv, head_dim), written into the cache
+    at cache_seqlens[b] ... before attending (in place; cache_seqlens is not advanced). causal:
+    bottom-right aligned (new token i sees the cache and new tokens up to i). num_splits: 0 for the
+    library's choice. plan: from plan_decode() for these shapes (then num_splits is the plan's).
+    bf16/fp16, head_dim 64/128/256. Not differentiable. Returns out (and the fp32 LSE,
+    (batch, heads_q, seqlen_q), with return_lse).
+    """
+    if cache_seqlens is None:
+        raise ValueError("cache_seqlens: required (int32, (batch))")
+    if plan is None:
+        plan = plan_decode(q, k_cache, v_cache, cache_seqlens, k, v, page_table, cache_batch_idx,
+                           causal, num_splits)
+    out, lse = torch.ops.hfa.attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens,
+                                                    page_table, cache_batch_idx, causal,
+                                                    softmax_scale, plan.num_splits, plan.workspace)
+    return (out, lse) if return_lse else out
 
 
 def list_kernels() -> List[dict]:

@@ -121,10 +121,11 @@ __global__ void __launch_bounds__(DecodeShape<D>::kThreads)
 #pragma unroll
     for (int i = 0; i < kBlockN / kRowsPerPass; ++i) {
       const int r = r0 + i * kRowsPerPass, j = tile * kBlockN + r;
+      // Keys past the sequence are zero-filled from the head's base address: their page-table
+      // entries may hold anything (engines leave unused entries at -1), so they are not read.
       const bool valid = j < n_keys;
-      const int jj = valid ? j : 0;
-      const T* k_src = k_base + key_offset<kPaged>(p, b, cache_row, jj, p.k_outer_stride, p.k_row_stride);
-      const T* v_src = v_base + key_offset<kPaged>(p, b, cache_row, jj, p.v_outer_stride, p.v_row_stride);
+      const T* k_src = valid ? k_base + key_offset<kPaged>(p, b, cache_row, j, p.k_outer_stride, p.k_row_stride) : k_base;
+      const T* v_src = valid ? v_base + key_offset<kPaged>(p, b, cache_row, j, p.v_outer_stride, p.v_row_stride) : v_base;
       cp_async_16(sk + TileKV::offset(r, c * 8), k_src + c * 8, valid);
       cp_async_16(sv + TileKV::offset(r, c * 8), v_src + c * 8, valid);
     }

@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 namespace {
 
@@ -21,9 +22,10 @@ hfa::DType to_hfa_dtype(const at::Tensor& t, const char* name) {
     case at::kHalf: return hfa::DType::kFP16;
     case at::kFloat: return hfa::DType::kFP32;
     case at::kFloat8_e4m3fn: return hfa::DType::kE4M3;
+    case at::kInt: return hfa::DType::kI32;
     default:
       throw std::invalid_argument(std::string(name) + ": dtype " + std::string(c10::toString(t.scalar_type())) +
-                                  " is not supported; use bfloat16, float16 or float8_e4m3fn");
+                                  " is not supported; use bfloat16, float16 or float8_e4m3fn (int32 for decode's indices)");
   }
 }
 
@@ -134,6 +136,70 @@ void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, con
   throw_if_error(hfa::backward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
 }
 
+// hfa::decode's arguments from the Python op's tensors.
+hfa::DecodeArgs decode_args(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const std::optional<at::Tensor>& k, const std::optional<at::Tensor>& v,
+                            const at::Tensor& cache_seqlens, const std::optional<at::Tensor>& page_table,
+                            const std::optional<at::Tensor>& cache_batch_idx, const at::Tensor& out,
+                            const std::optional<at::Tensor>& lse, bool causal,
+                            std::optional<double> softmax_scale, int64_t num_splits,
+                            const at::Device& device) {
+  hfa::DecodeArgs args;
+  args.q = to_view(q, "q", device);
+  args.k_cache = to_view(k_cache, "k_cache", device);
+  args.v_cache = to_view(v_cache, "v_cache", device);
+  if (k) args.k_new = to_view(*k, "k", device);
+  if (v) args.v_new = to_view(*v, "v", device);
+  args.cache_seqlens = to_view(cache_seqlens, "cache_seqlens", device);
+  if (page_table) args.page_table = to_view(*page_table, "page_table", device);
+  if (cache_batch_idx) args.cache_batch_idx = to_view(*cache_batch_idx, "cache_batch_idx", device);
+  args.out = to_view(out, "out", device);
+  if (lse) args.lse = to_view(*lse, "lse", device);
+  args.causal = causal;
+  if (softmax_scale) args.softmax_scale = static_cast<float>(*softmax_scale);
+  args.num_splits = static_cast<int>(num_splits);
+  return args;
+}
+
+// The plan for these shapes: (num_splits, workspace bytes).
+std::tuple<int64_t, int64_t> plan_decode(const at::Tensor& q, const at::Tensor& k_cache,
+                                         const at::Tensor& v_cache, std::optional<at::Tensor> k,
+                                         std::optional<at::Tensor> v, const at::Tensor& cache_seqlens,
+                                         std::optional<at::Tensor> page_table,
+                                         std::optional<at::Tensor> cache_batch_idx, bool causal,
+                                         int64_t num_splits) {
+  const at::Device device = cuda_device_of(q);
+  const c10::cuda::CUDAGuard guard(device);
+  const at::Tensor out = at::empty_like(q);
+  hfa::DecodePlan plan;
+  throw_if_error(hfa::plan_decode(decode_args(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
+                                              cache_batch_idx, out, std::nullopt, causal,
+                                              std::nullopt, num_splits, device),
+                                  &plan));
+  return {plan.num_splits, static_cast<int64_t>(plan.workspace_bytes)};
+}
+
+// hfa::decode into preallocated out and lse (the Python op allocates them, and the workspace:
+// uint8, at least the plan's bytes, through torch's caching allocator so graphs can capture it).
+// num_splits is the plan's (>= 1).
+void decode(const at::Tensor& q, at::Tensor& k_cache, at::Tensor& v_cache,
+            std::optional<at::Tensor> k, std::optional<at::Tensor> v, const at::Tensor& cache_seqlens,
+            std::optional<at::Tensor> page_table, std::optional<at::Tensor> cache_batch_idx,
+            at::Tensor& out, at::Tensor& lse, bool causal, std::optional<double> softmax_scale,
+            int64_t num_splits, at::Tensor& workspace) {
+  const at::Device device = cuda_device_of(q);
+  const c10::cuda::CUDAGuard guard(device);
+  const hfa::DecodeArgs args = decode_args(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
+                                           cache_batch_idx, out, lse, causal, softmax_scale,
+                                           num_splits, device);
+  // The plan is rebuilt from the shapes (host only); what the caller planned fixed num_splits.
+  hfa::DecodePlan plan;
+  throw_if_error(hfa::plan_decode(args, &plan));
+  throw_if_error(hfa::decode(args, plan, workspace.numel() ? workspace.data_ptr() : nullptr,
+                             static_cast<size_t>(workspace.numel()),
+                             c10::cuda::getCurrentCUDAStream(device.index()).stream()));
+}
+
 std::string select_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                           at::Tensor& out, bool causal) {
   const at::Device device = cuda_device_of(q);
@@ -166,6 +232,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &forward, "attention forward into preallocated out (and lse)");
   m.def("backward", &backward, "attention backward into preallocated dq, dk, dv");
   m.def("quantize_fp8", &quantize_fp8, "bf16/fp16 q, k, v -> e4m3 and descales, in place");
+  m.def("plan_decode", &plan_decode, "decode's (num_splits, workspace bytes) for these shapes");
+  m.def("decode", &decode, "flash decode against a KV cache into preallocated out and lse");
   m.def("select_kernel", &select_kernel, "the kernel 'auto' runs for these arguments");
   m.def("list_kernels", &list_kernels, "every kernel of the library");
 }

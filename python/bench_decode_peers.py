@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""The decode peers of hfa::decode on hfa-bench's decode sweep (batch {1, 8, 32, 64, 128} x KV
+length {2k, 8k, 16k, 64k}, 32 query / 8 KV heads, d = 128, one new token; MHA and d = 64 / 256 at
+a few points), timed as bench_peers.py times (cold L2, ~1 ms of GPU spin before the start event,
+median of --iters):
+  - "cudnn" and "torch_flash": torch SDPA with q of length 1 against the whole cache (enable_gqa),
+    cuDNN's and the FLASH backend; contiguous caches only (SDPA has no page table);
+  - "fa3": FlashAttention-3's flash_attn_with_kvcache (the fa3_fwd wheel) on a contiguous cache,
+    and "fa3_paged" on a paged one (page size 64, shuffled pages), with cache_seqlens.
+GB/s = bytes of K and V read / time. hfa's rows come from hfa-bench --decode --sweep --json in the
+same device call (--merge); the table prints hfa / best(cudnn, fa3) per configuration and the
+geometric mean. No hfa import: this runs with only torch and the wheel.
+
+  python bench_decode_peers.py --merge decode.json --json decode-peers.json --plot decode.png
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+import types
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.modules.setdefault("hfa", types.ModuleType("hfa"))  # bench_peers imports the binding
+from bench_peers import Timer, write_run_json  # noqa: E402
+
+
+def decode_sweep():
+    for batch in (1, 8, 32, 64, 128):
+        for sk in (2048, 8192, 16384, 65536):
+            yield dict(batch=batch, sk=sk, hq=32, hkv=8, d=128)
+    for batch, sk in ((1, 65536), (8, 8192), (64, 16384)):
+        yield dict(batch=batch, sk=sk, hq=32, hkv=32, d=128)
+        yield dict(batch=batch, sk=sk, hq=32, hkv=8, d=64)
+        yield dict(batch=batch, sk=sk, hq=32, hkv=8, d=256)
+
+
+def kv_bytes(c):
+    return 2 * c["batch"] * c["sk"] * c["hkv"] * c["d"] * 2
+
+
+def sdpa_fn(backend):
+    def make(c):
+        q = torch.randn(c["batch"], c["hq"], 1, c["d"], device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(c["batch"], c["sk"], c["hkv"], c["d"], device="cuda", dtype=torch.bfloat16)
+                .transpose(1, 2) for _ in range(2))  # (b, h, s, d) views of the BSHD cache
+        gqa = c["hq"] != c["hkv"]
+
+        def run():
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
+        return run
+    return make
+
+
+def fa3_fn(page_size):
+    def make(c):
+        from fa3_fwd_interface import flash_attn_with_kvcache
+        b, sk, hkv, d = c["batch"], c["sk"], c["hkv"], c["d"]
+        q = torch.randn(b, 1, c["hq"], d, device="cuda", dtype=torch.bfloat16)
+        seqlens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
+        if page_size:
+            pages = b * sk // page_size
+            k, v = (torch.randn(pages, page_size, hkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            table = torch.randperm(pages, device="cuda", dtype=torch.int32).view(b, sk // page_size)
+        else:
+            k, v = (torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            table = None
+        return lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, page_table=table)
+    return make
+
+
+PEERS = {"cudnn": sdpa_fn(SDPBackend.CUDNN_ATTENTION), "torch_flash": sdpa_fn(SDPBackend.FLASH_ATTENTION),
+         "fa3": fa3_fn(0), "fa3_paged": fa3_fn(64)}
+
+
+def key(r):
+    return (r["batch"], r["seqlen_k"], r["heads_q"], r["heads_kv"], r["d"])
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    batches = sorted({r["batch"] for r in rows if r["heads_kv"] == 8 and r["d"] == 128})
+    fig, axes = plt.subplots(1, len(batches), figsize=(4 * len(batches), 3.6), sharey=True)
+    for ax, b in zip(axes, batches):
+        impls = sorted({r["impl"] for r in rows})
+        for impl in impls:
+            pts = sorted((r["seqlen_k"], r["gbps"]) for r in rows if r["impl"] == impl and r["batch"] == b
+                         and r["heads_kv"] == 8 and r["d"] == 128 and r["heads_q"] == 32 and r.get("gbps"))
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"batch {b}")
+        ax.set_xlabel("KV length")
+        ax.axhline(3350, color="grey", lw=0.8, ls="--")
+    axes[0].set_ylabel("GB/s of K+V (dashed: HBM3 peak)")
+    axes[-1].legend(fontsize=7)
+    fig.suptitle("decode, 32 q / 8 kv heads, d = 128, bf16, one new token")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--merge", nargs="*", default=[], help="hfa-bench --decode --json files of the same run")
+    ap.add_argument("--peers", default="cudnn,torch_flash,fa3,fa3_paged", help=", ".join(PEERS))
+    ap.add_argument("--plot")
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--max-seconds", type=float, default=4.0)
+    args = ap.parse_args()
+    timer = Timer(args.warmup, args.iters, args.max_seconds)
+    rows = []
+    for c in decode_sweep():
+        for name in args.peers.split(","):
+            row = dict(impl=name, kind="decode", dtype="bf16", d=c["d"], causal=False, seqlen_q=1,
+                       seqlen_k=c["sk"], batch=c["batch"], heads_q=c["hq"], heads_kv=c["hkv"],
+                       page_size=64 if name == "fa3_paged" else 0, check=None)
+            try:
+                ms, iters = timer.median_ms(PEERS[name](c))
+                row.update(ms=ms, gbps=kv_bytes(c) / (ms * 1e-3) / 1e9, iters=iters)
+            except Exception as e:  # a peer that cannot run is reported as such
+                row.update(ms=None, gbps=None, error=str(e).splitlines()[0][:200] if str(e) else repr(e))
+            rows.append(row)
+            torch.cuda.empty_cache()
+            print(row, flush=True)
+    best = {}
+    for r in rows:
+        if r["impl"] in ("cudnn", "fa3") and r.get("gbps"):
+            best[key(r)] = max(best.get(key(r), 0), r["gbps"])
+    for merge in args.merge:
+        hfa_rows = [r for r in json.load(open(merge))["rows"] if r.get("kind") == "decode"]
+        rows += hfa_rows
+        for impl in sorted({r["impl"] for r in hfa_rows}):
+            ratios = []
+            print(f"{impl}: batch, KV length, heads q/kv, d, GB/s, best of cudnn/fa3, ratio")
+            for r in hfa_rows:
+                if r["impl"] != impl or not r.get("gbps") or key(r) not in best:
+                    continue
+                ratios.append(r["gbps"] / best[key(r)])
+                print(f"  {r['batch']:4} {r['seqlen_k']:6} {r['heads_q']:3}/{r['heads_kv']:<3} {r['d']:4} "
+                      f"{r['gbps']:8.1f} {best[key(r)]:8.1f} {ratios[-1]:6.3f}")
+            if ratios:
+                geo = math.exp(statistics.fmean(math.log(x) for x in ratios))
+                print(f"{impl} / best(cudnn, fa3): geomean {geo:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
+    write_run_json(args.json, rows)
+    if args.plot:
+        plot(rows, args.plot)
+
+
+if __name__ == "__main__":
+    main()

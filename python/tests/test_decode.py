@@ -1,0 +1,141 @@
+"""hfa.attention_with_kvcache against SDPA's math backend on the gathered keys of each sequence
+(the tolerance rule of test_attention.py), with contiguous and paged caches, appended keys,
+cache_batch_idx, causal speculative tokens; its error paths, torch.compile, opcheck and a CUDA
+graph replay."""
+import math
+
+import pytest
+import torch
+
+import hfa
+from test_attention import ATOL, sdpa_math, straightforward, reference_lse
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+
+
+def make_cache(b, cap, hkv, d, dt, page_size, gen):
+    """(k_cache, v_cache, page_table, gather): gather(cache, b, n) returns sequence b's first n
+    keys as (n, hkv, d)."""
+    if page_size:
+        pages_per_seq = -(-cap // page_size)
+        n_pages = b * pages_per_seq + 2
+        kc, vc = (torch.randn(n_pages, page_size, hkv, d, device="cuda", dtype=dt, generator=gen) for _ in range(2))
+        table = torch.randperm(n_pages, device="cuda", generator=gen)[: b * pages_per_seq]
+        table = table.view(b, pages_per_seq).to(torch.int32)
+
+        def gather(cache, i, n):
+            return cache[table[i].long()].reshape(-1, hkv, d)[:n]
+        return kc, vc, table, gather
+    kc, vc = (torch.randn(b, cap, hkv, d, device="cuda", dtype=dt, generator=gen) for _ in range(2))
+    return kc, vc, None, lambda cache, i, n: cache[i, :n]
+
+
+CASES = [  # b, sq, hq, hkv, d, cap, page_size, new, causal, dtype
+    (3, 1, 32, 8, 128, 700, 0, 0, False, torch.bfloat16),
+    (3, 1, 32, 8, 128, 700, 16, 1, False, torch.bfloat16),
+    (2, 4, 8, 1, 64, 333, 64, 4, True, torch.float16),
+    (2, 16, 4, 4, 256, 513, 0, 16, True, torch.bfloat16),
+    (4, 2, 12, 2, 128, 2100, 256, 2, True, torch.float16),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "b{}_sq{}_h{}x{}_d{}_cap{}_page{}_new{}_c{:d}".format(*c[:9]))
+def test_matches_sdpa_math(case):
+    b, sq, hq, hkv, d, cap, page, new, causal, dt = case
+    gen = torch.Generator(device="cuda").manual_seed(hash(case) % 2**31)
+    kc, vc, table, gather = make_cache(b, cap, hkv, d, dt, page, gen)
+    capacity = table.shape[1] * page if page else cap
+    lens = torch.randint(0, capacity - new + 1, (b,), device="cuda", generator=gen, dtype=torch.int32)
+    lens[0] = 0
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt, generator=gen)
+    k = v = None
+    if new:
+        k, v = (torch.randn(b, new, hkv, d, device="cuda", dtype=dt, generator=gen) for _ in range(2))
+    kc_before, vc_before = kc.clone(), vc.clone()
+    out, lse = hfa.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, page_table=table,
+                                          causal=causal, return_lse=True)
+    scale = 1 / math.sqrt(d)
+    for i in range(b):
+        n = int(lens[i]) + new
+        ki, vi = gather(kc, i, n)[None], gather(vc, i, n)[None]
+        if new:  # the appended keys are in their slots, the rest of the sequence as before
+            torch.testing.assert_close(ki[0, int(lens[i]):], k[i], rtol=0, atol=0)
+            torch.testing.assert_close(vi[0, int(lens[i]):], v[i], rtol=0, atol=0)
+            torch.testing.assert_close(ki[0, : int(lens[i])], gather(kc_before, i, int(lens[i])), rtol=0, atol=0)
+        qi = q[i : i + 1]
+        ref = sdpa_math(qi.double(), ki.double(), vi.double(), causal, scale)
+        base = straightforward(qi, ki, vi, causal, scale).double()
+        err = (out[i : i + 1].double() - ref).abs().max().item()
+        base_err = (base - ref).abs().max().item()
+        assert err <= 2 * base_err + ATOL[dt], f"sequence {i}: err {err:.3e} > 2 * {base_err:.3e} + atol"
+        ref_lse = reference_lse(qi, ki, causal, scale)
+        got = lse[i : i + 1].double()
+        finite = torch.isfinite(ref_lse)
+        assert torch.equal(torch.isneginf(got), ~finite)
+        if finite.any():
+            assert (got[finite] - ref_lse[finite]).abs().max().item() <= 1e-3
+
+
+def test_cache_batch_idx_and_plan_reuse():
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    kc, vc = (torch.randn(5, 300, 2, 64, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    q = torch.randn(3, 1, 8, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+    idx = torch.tensor([4, 0, 2], device="cuda", dtype=torch.int32)
+    lens = torch.tensor([300, 17, 0], device="cuda", dtype=torch.int32)
+    plan = hfa.plan_decode(q, kc, vc, lens, cache_batch_idx=idx, num_splits=3)
+    assert plan.num_splits == 3
+    out = hfa.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, cache_batch_idx=idx, plan=plan)
+    again = hfa.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, cache_batch_idx=idx, num_splits=1)
+    for i in range(3):
+        n = int(lens[i])
+        ki, vi = kc[idx[i].long(), :n][None], vc[idx[i].long(), :n][None]
+        ref = sdpa_math(q[i : i + 1].double(), ki.double(), vi.double(), False, 1 / 8)
+        if n == 0:
+            assert out[i].abs().max().item() == 0
+            continue
+        base = straightforward(q[i : i + 1], ki, vi, False, 1 / 8).double()
+        bound = 2 * (base - ref).abs().max().item() + ATOL[torch.bfloat16]
+        assert (out[i : i + 1].double() - ref).abs().max().item() <= bound
+        assert (again[i : i + 1].double() - ref).abs().max().item() <= bound
+
+
+def test_errors_name_the_argument():
+    q = torch.randn(2, 1, 8, 64, device="cuda", dtype=torch.bfloat16)
+    kc = torch.randn(2, 128, 2, 64, device="cuda", dtype=torch.bfloat16)
+    lens = torch.tensor([5, 6], device="cuda", dtype=torch.int32)
+    with pytest.raises(ValueError, match="cache_seqlens"):
+        hfa.attention_with_kvcache(q, kc, kc)
+    with pytest.raises(ValueError, match="cache_seqlens: dtype"):
+        hfa.attention_with_kvcache(q, kc, kc, cache_seqlens=lens.long())
+    with pytest.raises(ValueError, match="page_size"):
+        pk = torch.randn(8, 24, 2, 64, device="cuda", dtype=torch.bfloat16)
+        hfa.attention_with_kvcache(q, pk, pk, cache_seqlens=lens,
+                                   page_table=torch.zeros(2, 4, device="cuda", dtype=torch.int32))
+    with pytest.raises(ValueError, match="v_new"):
+        hfa.attention_with_kvcache(q, kc, kc, k=torch.randn(2, 1, 2, 64, device="cuda", dtype=torch.bfloat16),
+                                   cache_seqlens=lens)
+    with pytest.raises(ValueError, match="workspace"):
+        small = hfa.DecodePlan(4, torch.empty(0, dtype=torch.uint8, device="cuda"))
+        hfa.attention_with_kvcache(q, kc, kc, cache_seqlens=lens, plan=small)
+
+
+def test_compile_opcheck_and_graph():
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    kc, vc = (torch.randn(2, 1024, 8, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    q = torch.randn(2, 1, 32, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    lens = torch.tensor([1000, 333], device="cuda", dtype=torch.int32)
+    eager = hfa.attention_with_kvcache(q, kc, vc, cache_seqlens=lens)
+    compiled = torch.compile(lambda q: hfa.attention_with_kvcache(q, kc, vc, cache_seqlens=lens),
+                             fullgraph=True)(q)
+    torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
+    plan = hfa.plan_decode(q, kc, vc, lens)
+    torch.library.opcheck(torch.ops.hfa.attention_with_kvcache.default,
+                          (q, kc, vc, None, None, lens, None, None, False, None, plan.num_splits,
+                           plan.workspace))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = hfa.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, plan=plan)
+    lens.copy_(torch.tensor([17, 1024], dtype=torch.int32))
+    graph.replay()
+    torch.testing.assert_close(captured, hfa.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, plan=plan),
+                               rtol=0, atol=0)

@@ -1,0 +1,101 @@
+// hfa-bench --decode: flash decode's sweep, check and timing (bench.h).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "bench.h"
+#include "check/check_decode.h"
+#include "common/status_util.h"
+
+namespace hfa::bench {
+
+std::vector<check::Config> decode_sweep_configs(DType dtype) {
+  std::vector<check::Config> out;
+  auto add = [&](int batch, int seqlen_k, int heads_q, int heads_kv, int d) {
+    check::Config c;
+    c.dtype = dtype, c.batch = batch, c.seqlen_q = 1, c.seqlen_k = seqlen_k;
+    c.heads_q = heads_q, c.heads_kv = heads_kv, c.head_dim = d;
+    out.push_back(c);
+  };
+  for (int batch : {1, 8, 32, 64, 128})
+    for (int sk : {2048, 8192, 16384, 65536}) add(batch, sk, 32, 8, 128);
+  for (auto [batch, sk] : {std::pair{1, 65536}, {8, 8192}, {64, 16384}}) {
+    add(batch, sk, 32, 32, 128);  // MHA
+    add(batch, sk, 32, 8, 64);
+    add(batch, sk, 32, 8, 256);
+  }
+  return out;
+}
+
+namespace {
+
+check::DecodeConfig to_decode(const check::Config& c, int page_size) {
+  check::DecodeConfig d;
+  d.dtype = c.dtype, d.batch = c.batch, d.seqlen_q = c.seqlen_q, d.heads_q = c.heads_q;
+  d.heads_kv = c.heads_kv, d.head_dim = c.head_dim, d.capacity = c.seqlen_k, d.page_size = page_size;
+  d.causal = c.causal, d.full = true;
+  return d;
+}
+
+// K and V bytes of one sequence's cache, both tensors.
+int64_t cache_bytes_per_sequence(const check::DecodeConfig& d) {
+  return int64_t{2} * d.capacity * d.heads_kv * d.head_dim * size_of(d.dtype);
+}
+
+}  // namespace
+
+Row run_decode_config(const check::Config& config, int page_size, const Options& options, uint64_t seed) {
+  Row row;
+  row.impl = page_size ? "decode_paged" : "decode";
+  row.kind = "decode";
+  row.config = config;
+  row.page_size = page_size;
+  check::DecodeConfig dc = to_decode(config, page_size);
+  Status st;
+  if (options.check) {
+    // The host checker reads whole caches: check as many sequences as fit in 512 MB.
+    check::DecodeConfig small = dc;
+    small.batch = static_cast<int>(std::clamp<int64_t>((int64_t{512} << 20) / cache_bytes_per_sequence(dc), 1, dc.batch));
+    small.full = false;  // random lengths for the check
+    check::DecodeBuffers buf;
+    st = buf.allocate(small, seed);
+    check::DecodeCheckResult result;
+    if (st.ok()) st = check::run_decode_check(buf, options.check_rows, &result);
+    if (st.ok()) {
+      row.check_pass = result.pass;
+      row.max_abs_err = result.max_abs_err;
+      if (!result.pass) row.error = result.message;
+    }
+  }
+  check::DecodeBuffers buf;
+  if (st.ok()) st = buf.allocate(dc, seed + 1);
+  DecodePlan plan;
+  const DecodeArgs args = buf.args();
+  if (st.ok()) st = plan_decode(args, &plan);
+  void* workspace = nullptr;
+  if (st.ok() && plan.workspace_bytes > 0)
+    st = cuda_status(cudaMalloc(&workspace, plan.workspace_bytes), "allocating the decode workspace");
+  if (st.ok()) {
+    row.num_splits = plan.num_splits;
+    st = check::time_launches([&] { return decode(args, plan, workspace, plan.workspace_bytes); },
+                              options.warmup, options.iters, &row.ms);
+  }
+  if (st.ok()) row.gbps = dc.kv_bytes(buf.seqlens) / (row.ms * 1e-3) / 1e9;
+  if (st.ok()) {
+    // The host's cost of a planned call (validation and the launches), averaged over calls
+    // issued back to back while the GPU works through them.
+    constexpr int kCalls = 100;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCalls && st.ok(); ++i) st = decode(args, plan, workspace, plan.workspace_bytes);
+    const auto t1 = std::chrono::steady_clock::now();
+    row.host_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls;
+    if (st.ok()) st = cuda_status(cudaDeviceSynchronize(), "decode host-cost calls");
+  }
+  cudaFree(workspace);
+  if (!st.ok()) row.error = std::string(to_string(st.code)) + ": " + st.message;
+  cudaGetLastError();
+  return row;
+}
+
+}  // namespace hfa::bench
