@@ -19,7 +19,7 @@ namespace {
 
 // Host checks read whole caches: beyond this, run_decode_check refuses (the benchmark checks a
 // smaller batch instead).
-constexpr int64_t kMaxCheckedCacheBytes = int64_t{1} << 30;
+constexpr int64_t kMaxCheckedCacheBytes = int64_t{2} << 30;
 
 Status download_view(const TensorView& t, std::vector<uint8_t>* bytes) {
   int64_t extent = 1;  // elements spanned by the view (packed views here: numel)

@@ -12,7 +12,8 @@
 // states through shared memory. mma.sync m16n8k16 (sm80 and newer) does both GEMMs: the math is
 // 16 rows per key, far below what the tensor cores can do while the loads stream.
 // Keys live in a contiguous cache (sequence row, key) or a paged one (page table, page, slot):
-// the Paged policy only changes where a key's row is (key_offset).
+// the Paged policy only changes where a key's row is (key_offset; in the split kernel, row_offset
+// with the page indices read a tile ahead).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -113,19 +114,39 @@ __global__ void __launch_bounds__(DecodeShape<D>::kThreads)
   const int cache_row = p.cache_batch_idx ? p.cache_batch_idx[b * p.cache_batch_idx_stride] : b;
   const T* k_base = static_cast<const T*>(p.k_cache) + hk * p.k_head_stride;
   const T* v_base = static_cast<const T*>(p.v_cache) + hk * p.v_head_stride;
+  constexpr int kChunks = D / 8, kRowsPerPass = kThreads / kChunks, kPasses = kBlockN / kRowsPerPass;
+  const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+  // Paged caches: the page of each of this thread's key rows in the tile issued next, read from
+  // the page table one iteration ahead, so that the table's latency is not in front of the
+  // copies. Keys past the sequence are not looked up: their entries may hold anything (engines
+  // leave unused entries at -1); they are zero-filled from the head's base address.
+  int pages[kPasses];
+  auto fetch_pages = [&](int tile) {
+    if constexpr (kPaged) {
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i) {
+        const int j = tile * kBlockN + r0 + i * kRowsPerPass;
+        pages[i] = j < n_keys ? p.page_table[b * p.page_table_batch_stride +
+                                             static_cast<int64_t>(j >> p.page_size_log2) * p.page_table_page_stride]
+                              : 0;
+      }
+    }
+  };
+  auto row_offset = [&](int i, int j, int64_t outer_stride, int64_t row_stride) -> int64_t {
+    if constexpr (kPaged)
+      return pages[i] * outer_stride + (j & ((1 << p.page_size_log2) - 1)) * row_stride;
+    else
+      return cache_row * outer_stride + static_cast<int64_t>(j) * row_stride;
+  };
   auto load_tile = [&](int tile) {
-    constexpr int kChunks = D / 8, kRowsPerPass = kThreads / kChunks;
-    const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
     T* sk = sK + (tile % kStages) * TileKV::kElems;
     T* sv = sV + (tile % kStages) * TileKV::kElems;
 #pragma unroll
-    for (int i = 0; i < kBlockN / kRowsPerPass; ++i) {
+    for (int i = 0; i < kPasses; ++i) {
       const int r = r0 + i * kRowsPerPass, j = tile * kBlockN + r;
-      // Keys past the sequence are zero-filled from the head's base address: their page-table
-      // entries may hold anything (engines leave unused entries at -1), so they are not read.
       const bool valid = j < n_keys;
-      const T* k_src = valid ? k_base + key_offset<kPaged>(p, b, cache_row, j, p.k_outer_stride, p.k_row_stride) : k_base;
-      const T* v_src = valid ? v_base + key_offset<kPaged>(p, b, cache_row, j, p.v_outer_stride, p.v_row_stride) : v_base;
+      const T* k_src = valid ? k_base + row_offset(i, j, p.k_outer_stride, p.k_row_stride) : k_base;
+      const T* v_src = valid ? v_base + row_offset(i, j, p.v_outer_stride, p.v_row_stride) : v_base;
       cp_async_16(sk + TileKV::offset(r, c * 8), k_src + c * 8, valid);
       cp_async_16(sv + TileKV::offset(r, c * 8), v_src + c * 8, valid);
     }
@@ -134,9 +155,13 @@ __global__ void __launch_bounds__(DecodeShape<D>::kThreads)
   // "group i landed" is always "kStages - 2 groups pending" at iteration i).
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (t_begin + s < t_end) load_tile(t_begin + s);
+    if (t_begin + s < t_end) {
+      fetch_pages(t_begin + s);
+      load_tile(t_begin + s);
+    }
     cp_async_commit();
   }
+  fetch_pages(t_begin + kStages - 1);
 
   // Each row's end of visible keys: causal rows see fewer (padding rows take the last row's, and
   // are never stored). The block's first row sees the fewest: tiles past its end need the mask.
@@ -162,6 +187,7 @@ __global__ void __launch_bounds__(DecodeShape<D>::kThreads)
     __syncthreads();               // everyone's copies are visible; tile t - 1's buffer is free
     if (t + kStages - 1 < t_end) load_tile(t + kStages - 1);
     cp_async_commit();
+    fetch_pages(t + kStages);  // lands while this tile computes
 
     const T* sKt = sK + (t % kStages) * TileKV::kElems;
     const T* sVt = sV + (t % kStages) * TileKV::kElems;
