@@ -125,10 +125,11 @@ def test_compile_opcheck_and_graph():
     q = torch.randn(2, 1, 32, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
     lens = torch.tensor([1000, 333], device="cuda", dtype=torch.int32)
     eager = hfa.attention_with_kvcache(q, kc, vc, cache_seqlens=lens)
-    compiled = torch.compile(lambda q: hfa.attention_with_kvcache(q, kc, vc, cache_seqlens=lens),
+    # Under torch.compile the plan is made outside the compiled region (plan_decode is host code).
+    plan = hfa.plan_decode(q, kc, vc, lens)
+    compiled = torch.compile(lambda q: hfa.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, plan=plan),
                              fullgraph=True)(q)
     torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
-    plan = hfa.plan_decode(q, kc, vc, lens)
     torch.library.opcheck(torch.ops.hfa.attention_with_kvcache.default,
                           (q, kc, vc, None, None, lens, None, None, False, None, plan.num_splits,
                            plan.workspace))

@@ -256,7 +256,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     at cache_seqlens[b] ... before attending (in place; cache_seqlens is not advanced). causal:
     bottom-right aligned (new token i sees the cache and new tokens up to i). num_splits: 0 for the
     library's choice. plan: from plan_decode() for these shapes (then num_splits is the plan's).
-    bf16/fp16, head_dim 64/128/256. Not differentiable. Returns out (and the fp32 LSE,
+    bf16/fp16, head_dim 64/128/256. Not differentiable. Under torch.compile(fullgraph=True) pass a
+    plan made outside the compiled function (plan_decode is host code that dynamo does not trace). Returns out (and the fp32 LSE,
     (batch, heads_q, seqlen_q), with return_lse).
     """
     if cache_seqlens is None:
