@@ -31,10 +31,6 @@ namespace hfa::flash_decode {
 
 using namespace hfa::sm80;
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // Keys a sequence attends to: what is cached (clamped to what the cache can hold with the new
 // tokens, so a bad device value cannot make the kernels read or write outside the cache) plus the

@@ -34,10 +34,6 @@ namespace hfa::fa2 {
 
 using namespace hfa::sm80;
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // KV tiles that query rows [q0, q0 + block_m) see: all of them, or with causal only those up to
 // the diagonal (block skipping: tiles wholly in the future are never loaded).

@@ -11,6 +11,11 @@
 
 namespace hfa::sm80 {
 
+constexpr float kLog2e = 1.4426950408889634f;  // the softmax runs in base 2 (exp2 is one MUFU op)
+constexpr float kLn2 = 0.6931471805599453f;     // LSE back to natural log
+
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
 // Online softmax over one tile: new running max per row, P = exp2(S * factor - max * factor)
 // in place of the scores, the row sums (per lane; the quad's sum is taken at the end) and the
 // accumulated O rescaled to the new max. The maxima are kept unscaled (fragment_mask.cuh: factor);
