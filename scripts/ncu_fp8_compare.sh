@@ -9,7 +9,7 @@ build=${HFA_BUILD_DIR:-$root/build}
 export LD_LIBRARY_PATH="$build:${LD_LIBRARY_PATH:-}"
 sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats
           --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy)
-ncu "${sections[@]}" --kernel-name regex:k7 --launch-count 1 \
+ncu --clock-control none "${sections[@]}" --kernel-name regex:k7 --launch-count 1 \
   "$build/tools/hfa-bench/hfa-bench" k7 --seqlen 16384 --headdim 128 --batch 1 --heads 16 \
   --iters 1 --warmup 0 >"$out/ncu-k7.txt" 2>&1
 for w in "$root"/.whl/*.whl; do
@@ -23,6 +23,6 @@ d = [torch.full((1, 16), 1 / 64, device="cuda") for _ in range(3)]
 flash_attn_func(q, k, v, q_descale=d[0], k_descale=d[1], v_descale=d[2])
 torch.cuda.synchronize()
 PY
-PYTHONPATH=/tmp/hfa-peers ncu "${sections[@]}" --kernel-name regex:"[Ff]lash" --launch-count 1 \
+PYTHONPATH=/tmp/hfa-peers ncu --clock-control none "${sections[@]}" --kernel-name-base demangled --kernel-name regex:"[Ff]lash" --launch-count 1 \
   python3 /tmp/fa3_once.py >"$out/ncu-fa3.txt" 2>&1
 echo "ncu: wrote $out/ncu-k7.txt $out/ncu-fa3.txt"

@@ -191,6 +191,18 @@ TEST(DecodeValidation, SplitHeuristic) {
   p.batch = 1, p.heads_kv = 8, p.heads_q = 32, p.head_dim = 128, p.capacity = 65536;
   const int splits = flash_decode::choose_num_splits(p, 132);
   EXPECT_GE(splits * 8, 132);
+  // Whole waves (132 SMs x 2 CTAs at d = 128 = 264 slots): never a second, mostly empty one.
+  const long long slots = 132 * flash_decode::DecodeShape<128>::kCtasPerSm;
+  for (int batch : {1, 3, 8, 20}) {
+    p.batch = batch;
+    const int s = flash_decode::choose_num_splits(p, 132);
+    EXPECT_LE(static_cast<long long>(s) * batch * 8, slots) << "batch " << batch;
+    EXPECT_GT(static_cast<long long>(s + 1) * batch * 8, slots) << "batch " << batch;
+  }
+  p.heads_kv = 32;  // MHA at batch 1: 32 CTAs a split, 8 splits (9 would make 288)
+  p.batch = 1;
+  EXPECT_EQ(flash_decode::choose_num_splits(p, 132), 8);
+  p.heads_kv = 8;
   p.capacity = 256;  // 4 tiles: no room for more than one split of kMinTilesPerSplit tiles
   EXPECT_EQ(flash_decode::choose_num_splits(p, 132), 1);
   p.capacity = 16384, p.batch = 64;

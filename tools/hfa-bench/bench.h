@@ -29,7 +29,8 @@ struct Row {
   double gbps = 0;    // decode: bytes of K and V read per second / 1e9
   int page_size = 0;  // decode: 0 contiguous cache, else the paged cache's page size
   int num_splits = 0; // decode: the plan's split count
-  double host_us = 0; // decode: host time of one planned decode() call (validation + launches)
+  double host_us = 0; // decode: host time of one planned decode() call (validation + launches),
+                      // median over rounds of calls issued to an idle GPU
   std::optional<bool> check_pass;  // unset: not checked
   double max_abs_err = 0, rel_rms = 0;
   std::string error;  // set when the kernel did not run (unsupported, out of memory, ...)
@@ -49,7 +50,9 @@ Row run_config(const check::Config& config, const Options& options, uint64_t see
 std::vector<check::Config> decode_sweep_configs(DType dtype);
 // Checks (on a smaller batch where the cache is too large to check on the host) and times one
 // decode configuration; row.impl is "decode" or "decode_paged".
-Row run_decode_config(const check::Config& config, int page_size, const Options& options, uint64_t seed);
+// num_splits: DecodeArgs::num_splits (0 = the heuristic's choice).
+Row run_decode_config(const check::Config& config, int page_size, int num_splits, const Options& options,
+                      uint64_t seed);
 
 std::string format_row(const Row& row);  // one table line
 std::string table_header();

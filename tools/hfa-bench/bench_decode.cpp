@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "bench.h"
 #include "check/check_decode.h"
@@ -45,7 +46,8 @@ int64_t cache_bytes_per_sequence(const check::DecodeConfig& d) {
 
 }  // namespace
 
-Row run_decode_config(const check::Config& config, int page_size, const Options& options, uint64_t seed) {
+Row run_decode_config(const check::Config& config, int page_size, int num_splits, const Options& options,
+                      uint64_t seed) {
   Row row;
   row.impl = page_size ? "decode_paged" : "decode";
   row.kind = "decode";
@@ -59,6 +61,7 @@ Row run_decode_config(const check::Config& config, int page_size, const Options&
     small.batch = static_cast<int>(std::clamp<int64_t>((int64_t{512} << 20) / cache_bytes_per_sequence(dc), 1, dc.batch));
     small.full = false;  // random lengths for the check
     check::DecodeBuffers buf;
+    small.num_splits = num_splits;
     st = buf.allocate(small, seed);
     check::DecodeCheckResult result;
     if (st.ok()) st = check::run_decode_check(buf, options.check_rows, &result);
@@ -71,7 +74,8 @@ Row run_decode_config(const check::Config& config, int page_size, const Options&
   check::DecodeBuffers buf;
   if (st.ok()) st = buf.allocate(dc, seed + 1);
   DecodePlan plan;
-  const DecodeArgs args = buf.args();
+  DecodeArgs args = buf.args();
+  args.num_splits = num_splits;
   if (st.ok()) st = plan_decode(args, &plan);
   void* workspace = nullptr;
   if (st.ok() && plan.workspace_bytes > 0)
@@ -83,14 +87,23 @@ Row run_decode_config(const check::Config& config, int page_size, const Options&
   }
   if (st.ok()) row.gbps = dc.kv_bytes(buf.seqlens) / (row.ms * 1e-3) / 1e9;
   if (st.ok()) {
-    // The host's cost of a planned call (validation and the launches), averaged over calls
-    // issued back to back while the GPU works through them.
-    constexpr int kCalls = 100;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kCalls && st.ok(); ++i) st = decode(args, plan, workspace, plan.workspace_bytes);
-    const auto t1 = std::chrono::steady_clock::now();
-    row.host_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls;
+    // The host's cost of a planned call (validation and the launches): rounds of kCalls calls
+    // issued to an idle GPU (a synchronize before each round), so that no call waits for room in
+    // the launch queue; the median round's time per call.
+    constexpr int kCalls = 16, kRounds = 15;
+    std::vector<double> per_call;
+    for (int round = 0; round < kRounds && st.ok(); ++round) {
+      st = cuda_status(cudaDeviceSynchronize(), "decode host-cost calls");
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kCalls && st.ok(); ++i) st = decode(args, plan, workspace, plan.workspace_bytes);
+      const auto t1 = std::chrono::steady_clock::now();
+      per_call.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls);
+    }
     if (st.ok()) st = cuda_status(cudaDeviceSynchronize(), "decode host-cost calls");
+    if (st.ok()) {
+      std::sort(per_call.begin(), per_call.end());
+      row.host_us = per_call[per_call.size() / 2];
+    }
   }
   cudaFree(workspace);
   if (!st.ok()) row.error = std::string(to_string(st.code)) + ": " + st.message;

@@ -47,6 +47,7 @@ struct DecodeOptions {
   bool causal;
   std::string dtype_name, json_path;
   std::vector<int> page_sizes;
+  std::vector<int> num_splits;  // 0 = the heuristic's choice
 };
 
 // hfa-bench --decode: the decode sweep or one configuration, for every page size.
@@ -76,16 +77,17 @@ int run_decode(const CLI::App& app, hfa::bench::Options opt, const DecodeOptions
   }
   std::vector<hfa::bench::Row> rows;
   int failures = 0, not_run = 0, n = 0;
-  const int total = static_cast<int>(configs.size() * o.page_sizes.size());
+  const int total = static_cast<int>(configs.size() * o.page_sizes.size() * o.num_splits.size());
   for (const hfa::check::Config& c : configs)
-    for (int page : o.page_sizes) {
-      hfa::bench::Row row = hfa::bench::run_decode_config(c, page, opt, opt.seed + 7919 * n);
-      ++n;
-      if (row.check_pass && !*row.check_pass) ++failures;
-      if (row.ms <= 0) ++not_run;
-      std::fprintf(stderr, "[%d/%d] %s\n", n, total, hfa::bench::format_row(row).c_str());
-      rows.push_back(row);
-    }
+    for (int page : o.page_sizes)
+      for (int splits : o.num_splits) {
+        hfa::bench::Row row = hfa::bench::run_decode_config(c, page, splits, opt, opt.seed + 7919 * n);
+        ++n;
+        if (row.check_pass && !*row.check_pass) ++failures;
+        if (row.ms <= 0) ++not_run;
+        std::fprintf(stderr, "[%d/%d] %s\n", n, total, hfa::bench::format_row(row).c_str());
+        rows.push_back(row);
+      }
   for (const hfa::bench::Row& r : rows) std::printf("%s\n", hfa::bench::format_row(r).c_str());
   if (!o.json_path.empty()) {
     std::string err;
@@ -143,6 +145,10 @@ int main(int argc, char** argv) {
                "with --sweep, the decode sweep. Reports GB/s of K and V read");
   app.add_option("--page-size", page_sizes, "--decode: page sizes to run, 0 = contiguous cache (default 0)")
       ->delimiter(',');
+  std::vector<int> num_splits = {0};
+  app.add_option("--num-splits", num_splits,
+                 "--decode: split counts to run (DecodeArgs::num_splits), 0 = the heuristic's (default 0)")
+      ->delimiter(',')->check(CLI::Range(0, 256));
   CLI11_PARSE(app, argc, argv);
 
   if (list) {
@@ -160,7 +166,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     return run_decode(app, opt, DecodeOptions{sweep, seqlen, seqlen_k, head_dim, batch, heads,
-                                               heads_kv, causal, dtype_name, json_path, page_sizes},
+                                               heads_kv, causal, dtype_name, json_path, page_sizes,
+                                               num_splits},
                       argc, argv);
   }
   if (kernels.empty()) kernels = {"auto"};

@@ -36,7 +36,9 @@ int choose_num_splits(const DecodeProblem& p, int sm_count) {
   const long long slots = static_cast<long long>(std::max(sm_count, 1)) * ctas_per_sm(p.head_dim);
   if (ctas == 0 || ctas >= slots) return 1;  // one wave (or more) without splitting
   const long long tiles = (static_cast<long long>(p.capacity) + kBlockN - 1) / kBlockN;
-  long long splits = (slots + ctas - 1) / ctas;
+  // Whole waves: the most splits whose CTAs all fit in one wave (rounding up would start a
+  // second, mostly empty wave: at batch 8, 5 splits made 320 CTAs for 264 slots).
+  long long splits = slots / ctas;
   splits = std::min(splits, std::max(1LL, tiles / kMinTilesPerSplit));
   return static_cast<int>(std::clamp(splits, 1LL, static_cast<long long>(kDecodeMaxSplits)));
 }

@@ -8,7 +8,25 @@
 
 namespace hfa::flash_decode {
 
-inline constexpr int kMaxDevices = 64;  // devices whose smem limit is remembered as raised
+inline constexpr int kMaxDevices = 64;  // devices whose facts below are remembered
+
+// What the launches need to know of the current device, found once per device and kernel (not per
+// call: decode's host cost matters): whose shared-memory limit was raised, and whether the device
+// takes programmatic dependent launches (compute capability 9.0 and newer).
+struct DeviceOnce {
+  std::atomic<bool> smem_raised[kMaxDevices] = {};
+  std::atomic<int> major[kMaxDevices] = {};  // 0: not read yet
+};
+
+inline cudaError_t device_major(int device, DeviceOnce& once, int* major) {
+  if (device < kMaxDevices && once.major[device].load() > 0) {
+    *major = once.major[device].load();
+    return cudaSuccess;
+  }
+  cudaError_t err = cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err == cudaSuccess && device < kMaxDevices) once.major[device].store(*major);
+  return err;
+}
 
 template <typename T, int D, bool kPaged>
 cudaError_t launch_policy(const DecodeProblem& p, cudaStream_t stream) {
@@ -20,24 +38,34 @@ cudaError_t launch_policy(const DecodeProblem& p, cudaStream_t stream) {
   }
   if (p.packed_rows() == 0) return cudaSuccess;  // seqlen_q == 0: only the append
   const int m_blocks = ceil_div(p.packed_rows(), Shape::kRows);
-  // The shared-memory limit is raised once per device (not per call: decode's host cost matters).
   auto* kernel = decode_split_kernel<T, D, kPaged>;
-  static std::atomic<bool> smem_raised[kMaxDevices];
-  int device = 0;
+  static DeviceOnce once;
+  int device = 0, major = 0;
   cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess && (device >= kMaxDevices || !smem_raised[device].load())) {
+  if (err == cudaSuccess) err = device_major(device, once, &major);
+  if (err == cudaSuccess && (device >= kMaxDevices || !once.smem_raised[device].load())) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(Shape::kSmemBytes));
-    if (err == cudaSuccess && device < kMaxDevices) smem_raised[device].store(true);
+    if (err == cudaSuccess && device < kMaxDevices) once.smem_raised[device].store(true);
   }
   if (err != cudaSuccess) return err;
   kernel<<<dim3(m_blocks * p.num_splits, p.heads_kv, p.batch), Shape::kThreads, Shape::kSmemBytes,
            stream>>>(p);
   err = cudaGetLastError();
   if (err != cudaSuccess || p.num_splits == 1) return err;
+  // The combine, launched as the split kernel's programmatic dependent on sm90 (it waits for the
+  // split grid in the kernel: decode_kernel.cuh); in stream order before.
   const long long rows = static_cast<long long>(p.batch) * p.seqlen_q * p.heads_q;
-  decode_combine_kernel<T, D><<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(p);
-  return cudaGetLastError();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>((rows + 3) / 4));
+  config.blockDim = dim3(128);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = major >= 9 ? 1 : 0;
+  return cudaLaunchKernelEx(&config, decode_combine_kernel<T, D>, p);
 }
 
 template <typename T, int D>

@@ -31,6 +31,21 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
 }
+// An L2 policy that makes the lines it loads the first to be evicted: for data read once (a
+// decode step's KV cache), so that streaming it does not push out what the L2 holds for the
+// kernels around it (and does not force the write-back of dirty lines that would stay cached).
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// cp_async_16 (with zero fill) under an L2 cache policy (l2_evict_first_policy).
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid, uint64_t l2_policy) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+               "l"(gmem), "r"(src_bytes), "l"(l2_policy));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most `Pending` of this thread's committed groups are still in flight.
 template <int Pending>
