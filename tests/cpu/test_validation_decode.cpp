@@ -202,7 +202,12 @@ TEST(DecodeValidation, SplitHeuristic) {
   p.heads_kv = 32;  // MHA at batch 1: 32 CTAs a split, 8 splits (9 would make 288)
   p.batch = 1;
   EXPECT_EQ(flash_decode::choose_num_splits(p, 132), 8);
-  p.heads_kv = 8;
+  // A wave or more: one split, unless the last wave would run mostly empty (300 CTAs of 264).
+  p.heads_kv = 8, p.batch = 64;  // 512 CTAs: 1.94 waves
+  EXPECT_EQ(flash_decode::choose_num_splits(p, 132), 1);
+  p.heads_kv = 12, p.heads_q = 12, p.batch = 25;  // 300 CTAs: 1.14 waves; 3 splits fill 0.85
+  EXPECT_EQ(flash_decode::choose_num_splits(p, 132), 3);
+  p.heads_kv = 8, p.heads_q = 32, p.batch = 1;
   p.capacity = 256;  // 4 tiles: no room for more than one split of kMinTilesPerSplit tiles
   EXPECT_EQ(flash_decode::choose_num_splits(p, 132), 1);
   p.capacity = 16384, p.batch = 64;

@@ -23,10 +23,30 @@ int ctas_per_sm(int head_dim) {
   return head_dim == 64 ? ctas_per_sm<64>() : head_dim == 128 ? ctas_per_sm<128>() : ctas_per_sm<256>();
 }
 
-constexpr int kBlockN = DecodeShape<64>::kBlockN;  // the same for every head dim
+template <int D> constexpr int block_n() { return DecodeShape<D>::kBlockN; }
+
+int block_n(int head_dim) {
+  return head_dim == 64 ? block_n<64>() : head_dim == 128 ? block_n<128>() : block_n<256>();
+}
+
 // A split gets at least this many key tiles: fewer leave its pipeline mostly filling and draining,
 // and its partial result costs the combine as much as a long one.
 constexpr int kMinTilesPerSplit = 4;
+
+// With a wave or more of CTAs, one split unless the last wave would run mostly empty: then the
+// split count (up to 4) whose CTAs fill their waves best, each step 10% better. Batch 64 x 8 KV
+// heads at d = 128 is 512 CTAs, 1.94 waves of 264 slots: one split. 300 CTAs would be 1.14 waves
+// (0.57 full); 3 splits make 900 CTAs in 3.4 waves (0.85 full), for a combine over 3 splits.
+long long waves_split(long long ctas, long long slots, long long tiles) {
+  auto fill = [&](long long splits) {
+    const long long n = ctas * splits;
+    return static_cast<double>(n) / (static_cast<double>((n + slots - 1) / slots) * slots);
+  };
+  long long best = 1;
+  for (long long splits = 2; splits <= 4 && splits * kMinTilesPerSplit <= tiles; ++splits)
+    if (fill(splits) > 1.1 * fill(best)) best = splits;
+  return best;
+}
 
 }  // namespace
 
@@ -34,8 +54,9 @@ int choose_num_splits(const DecodeProblem& p, int sm_count) {
   const long long m_blocks = (p.packed_rows() + DecodeShape<64>::kRows - 1) / DecodeShape<64>::kRows;
   const long long ctas = static_cast<long long>(p.batch) * p.heads_kv * m_blocks;
   const long long slots = static_cast<long long>(std::max(sm_count, 1)) * ctas_per_sm(p.head_dim);
-  if (ctas == 0 || ctas >= slots) return 1;  // one wave (or more) without splitting
-  const long long tiles = (static_cast<long long>(p.capacity) + kBlockN - 1) / kBlockN;
+  if (ctas == 0) return 1;
+  const long long tiles = (static_cast<long long>(p.capacity) + block_n(p.head_dim) - 1) / block_n(p.head_dim);
+  if (ctas >= slots) return waves_split(ctas, slots, tiles);
   // Whole waves: the most splits whose CTAs all fit in one wave (rounding up would start a
   // second, mostly empty wave: at batch 8, 5 splits made 320 CTAs for 264 slots).
   long long splits = slots / ctas;

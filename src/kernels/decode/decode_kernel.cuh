@@ -6,9 +6,9 @@
 // One CTA = (split, KV head, batch) and one block of 16 packed query rows: the seqlen_q x
 // group_size query rows that read this KV head (GQA packing, row r = token r / group, query head
 // hk * group + r % group), so each key and value is read from memory once for the whole group.
-// The CTA streams its keys in 64-key tiles through a kStages-deep cp.async ring (the loads are all
-// there is to this kernel: it is bound by HBM bandwidth). Each of the 4 warps takes 16 keys of
-// every tile and keeps its own online softmax (m, l, O) over them; at the end the warps merge their
+// The CTA streams its keys in 64-key tiles (128 at d = 64) through a kStages-deep cp.async ring
+// (the loads are all there is to this kernel: it is bound by HBM bandwidth). Each of the 4 warps
+// takes a quarter of the keys of every tile and keeps its own online softmax (m, l, O) over them; at the end the warps merge their
 // states through shared memory. mma.sync m16n8k16 (sm80 and newer) does both GEMMs: the math is
 // 16 rows per key, far below what the tensor cores can do while the loads stream.
 // Keys live in a contiguous cache (sequence row, key) or a paged one (page table, page, slot):
@@ -218,15 +218,18 @@ __global__ void __launch_bounds__(DecodeShape<D>::kThreads)
       });
     online_softmax_tile(s, row_max, row_sum, o, factor);
 
-    uint32_t pa[4];
-    c_pair_to_a<T>(s[0][0], s[0][1], pa);
     const LaneOffsets<TileKV, FragmentKind::kBPairTrans> v_off(sVt, key0, 0);
 #pragma unroll
-    for (int np = 0; np < kOTiles / 2; ++np) {
-      uint32_t bv[2][2];
-      v_off.load_pair(bv, 0, 2 * np);
-      mma_16816<T>(o[0][2 * np], pa, bv[0]);
-      mma_16816<T>(o[0][2 * np + 1], pa, bv[1]);
+    for (int ks = 0; ks < kKeysPerWarp / 16; ++ks) {  // P V, 16 of the warp's keys at a time
+      uint32_t pa[4];
+      c_pair_to_a<T>(s[0][2 * ks], s[0][2 * ks + 1], pa);
+#pragma unroll
+      for (int np = 0; np < kOTiles / 2; ++np) {
+        uint32_t bv[2][2];
+        v_off.load_pair(bv, 16 * ks, 2 * np);
+        mma_16816<T>(o[0][2 * np], pa, bv[0]);
+        mma_16816<T>(o[0][2 * np + 1], pa, bv[1]);
+      }
     }
   }
   cp_async_wait<0>();
@@ -295,64 +298,100 @@ __global__ void __launch_bounds__(DecodeShape<D>::kThreads)
   }
 }
 
-// Merges the splits' partial results of one output row per warp, exactly: with LSE_s the splits'
-// log-sum-exps, LSE = log sum_s exp(LSE_s) and O = sum_s exp(LSE_s - LSE) O_s. A row whose every
-// split saw no key gets O = 0, LSE = -inf.
+// Merges the splits' partial results of one output row (b, token, head) per CTA, exactly: with
+// LSE_s the splits' log-sum-exps, LSE = log sum_s exp(LSE_s) and O = sum_s exp(LSE_s - LSE) O_s.
+// A row whose every split saw no key gets O = 0, LSE = -inf. The row's D columns are read as
+// float4s by D / 4 threads, and the CTA's kGroups such groups take every kGroups-th split, each
+// with kUnroll loads in flight: the partial results come from L2, and a loop of one dependent
+// load per split (the first version: a warp per row) took 12 us at 33 splits, as long as the split
+// kernel's own 8k keys.
 template <typename T, int D>
 __global__ void __launch_bounds__(128) decode_combine_kernel(DecodeProblem p) {
-  constexpr int kMaxSplits = kDecodeMaxSplits, kPerLane = kMaxSplits / 32, kCols = D / 32;
-  __shared__ float weights[4][kMaxSplits];
+  constexpr int kThreads = 128, kWarps = kThreads / 32;
+  constexpr int kColThreads = D / 4, kGroups = kThreads / kColThreads, kUnroll = 4;
+  constexpr int kLsePerThread = kDecodeMaxSplits / kThreads;
+  static_assert(kThreads % kColThreads == 0 && kDecodeMaxSplits % kThreads == 0, "thread layout");
+  __shared__ float weights[kDecodeMaxSplits];
+  __shared__ float warp_partial[kWarps];
+  __shared__ float4 group_acc[kGroups][kColThreads];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * 4 + warp;  // (b, token, head)
-  if (row >= rows) return;
+  const int64_t row = blockIdx.x;  // (b, token, head)
   const int head = static_cast<int>(row % p.heads_q);
   const int token = static_cast<int>((row / p.heads_q) % p.seqlen_q);
   const int b = static_cast<int>(row / (static_cast<int64_t>(p.heads_q) * p.seqlen_q));
   const int64_t split_stride = rows;  // rows per split in the partial tensors
   wait_for_prerequisite_grid();        // the split kernel's partial results are complete
 
-  float lse_s[kPerLane];
+  // The block's max and sum of one value per thread (all threads take part).
+  auto block_reduce = [&](float v, bool is_max) {
+    for (int off = 16; off > 0; off /= 2) {
+      const float o = __shfl_xor_sync(0xffffffffu, v, off);
+      v = is_max ? fmaxf(v, o) : v + o;
+    }
+    if (lane == 0) warp_partial[warp] = v;
+    __syncthreads();
+    v = warp_partial[0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) v = is_max ? fmaxf(v, warp_partial[w]) : v + warp_partial[w];
+    __syncthreads();  // warp_partial is reused by the next reduction
+    return v;
+  };
+  float lse_s[kLsePerThread];
   float mx = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int s = lane + 32 * i;
+  for (int i = 0; i < kLsePerThread; ++i) {
+    const int s = threadIdx.x + kThreads * i;
     lse_s[i] = s < p.num_splits ? p.lse_partial[s * split_stride + row] : -INFINITY;
     mx = fmaxf(mx, lse_s[i]);
   }
-  for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  mx = block_reduce(mx, true);
   float sum = 0.f;
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) sum += mx == -INFINITY ? 0.f : exp2_approx((lse_s[i] - mx) * kLog2e);
-  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  for (int i = 0; i < kLsePerThread; ++i) sum += mx == -INFINITY ? 0.f : exp2_approx((lse_s[i] - mx) * kLog2e);
+  sum = block_reduce(sum, false);
   const float lse = mx == -INFINITY ? -INFINITY : mx + logf(sum);
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int s = lane + 32 * i;
-    if (s < p.num_splits)
-      weights[warp][s] = mx == -INFINITY ? 0.f : exp2_approx((lse_s[i] - lse) * kLog2e);
+  for (int i = 0; i < kLsePerThread; ++i) {
+    const int s = threadIdx.x + kThreads * i;
+    if (s < p.num_splits) weights[s] = mx == -INFINITY ? 0.f : exp2_approx((lse_s[i] - lse) * kLog2e);
   }
-  __syncwarp();
+  __syncthreads();
 
-  float acc[kCols] = {};
-  for (int s = 0; s < p.num_splits; ++s) {
-    const float w = weights[warp][s];
-    if (w == 0.f) continue;  // a split that saw no key (or a negligible one): its O is not read
-    const float* src = p.o_partial + (s * split_stride + row) * D + lane * kCols;
+  const int group = threadIdx.x / kColThreads, c4 = threadIdx.x % kColThreads;
+  const float* src = p.o_partial + row * D + 4 * c4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s0 = group; s0 < p.num_splits; s0 += kGroups * kUnroll) {
+    float w[kUnroll];
+    float4 v[kUnroll];
 #pragma unroll
-    for (int c = 0; c < kCols; c += 4) {
-      const float4 v = *reinterpret_cast<const float4*>(src + c);
-      acc[c] += w * v.x, acc[c + 1] += w * v.y, acc[c + 2] += w * v.z, acc[c + 3] += w * v.w;
+    for (int u = 0; u < kUnroll; ++u) {  // the loads first, then the sums: kUnroll in flight
+      const int s = s0 + u * kGroups;
+      w[u] = s < p.num_splits ? weights[s] : 0.f;
+      // a split that saw no key (or a negligible one) has weight 0: its O is not read
+      v[u] = w[u] != 0.f ? *reinterpret_cast<const float4*>(src + s * split_stride * D)
+                         : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      acc.x += w[u] * v[u].x, acc.y += w[u] * v[u].y, acc.z += w[u] * v[u].z, acc.w += w[u] * v[u].w;
     }
   }
-  T* dst = static_cast<T*>(p.o) + b * p.o_batch_stride + token * p.o_row_stride +
-           head * p.o_head_stride + lane * kCols;
+  group_acc[group][c4] = acc;
+  __syncthreads();
+  if (group == 0) {
 #pragma unroll
-  for (int c = 0; c < kCols; c += 2) {
-    __align__(4) T pair[2] = {from_float<T>(acc[c]), from_float<T>(acc[c + 1])};
-    *reinterpret_cast<uint32_t*>(dst + c) = *reinterpret_cast<const uint32_t*>(pair);
+    for (int g = 1; g < kGroups; ++g) {
+      const float4 a = group_acc[g][c4];
+      acc.x += a.x, acc.y += a.y, acc.z += a.z, acc.w += a.w;
+    }
+    T* dst = static_cast<T*>(p.o) + b * p.o_batch_stride + token * p.o_row_stride +
+             head * p.o_head_stride + 4 * c4;
+    __align__(8) T quad[4] = {from_float<T>(acc.x), from_float<T>(acc.y), from_float<T>(acc.z),
+                              from_float<T>(acc.w)};
+    *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(quad);
   }
-  if (p.lse && lane == 0)
+  if (p.lse && threadIdx.x == 0)
     p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + token * p.lse_row_stride] = lse;
 }
 

@@ -10,22 +10,24 @@ namespace hfa::flash_decode {
 // weight per split in shared memory.
 inline constexpr int kDecodeMaxSplits = 256;
 
-// 16 packed query rows per CTA (one mma.sync row tile), 64-key tiles of which each of the 4 warps
-// takes 16 keys, and a ring of kStages tiles: K and V tiles of 16 / 32 / 64 KB per stage at
-// d = 64 / 128 / 256, so that 3 / 2 / 1 CTAs fit on an SM with 32-64 KB of loads in flight per CTA
-// (HBM latency x bandwidth per SM is about 20 KB).
+// 16 packed query rows per CTA (one mma.sync row tile), key tiles of which each of the 4 warps
+// takes a quarter, and a ring of kStages tiles. Every head dim moves 32 KB of K and V per stage
+// (64 keys at d = 128, 128 at d = 64, and 2 stages of 64 KB at d = 256), so that 2 / 2 / 1 CTAs fit
+// on an SM with 64 KB of loads in flight each (HBM latency x bandwidth per SM is about 20 KB).
+// d = 64 first had 64-key tiles and 3 CTAs per SM: 396 slots made batch 64 x 8 KV heads 1.3 waves,
+// and every tile's fixed costs (barrier, waits, masks) were spread over half the bytes.
 template <int D>
 struct DecodeShape {
   static constexpr int kHeadDim = D;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = 16;
-  static constexpr int kKeysPerWarp = 16;
+  static constexpr int kKeysPerWarp = D == 64 ? 32 : 16;
   static constexpr int kBlockN = kKeysPerWarp * kWarps;
-  static constexpr int kStages = D == 64 ? 4 : D == 128 ? 3 : 2;
+  static constexpr int kStages = D == 256 ? 2 : 3;
   static constexpr size_t kSmemBytes = size_t(kRows + 2 * kStages * kBlockN) * D * 2;
   // CTAs of this shape that one H100 SM holds (227 KB of shared memory): the heuristic's wave size.
-  static constexpr int kCtasPerSm = D == 64 ? 3 : D == 128 ? 2 : 1;
+  static constexpr int kCtasPerSm = D == 256 ? 1 : 2;
   // The warps' merge reuses the ring as scratch: 4 warps x 16 rows x (D + 8) fp32.
   static_assert(size_t(kWarps) * kRows * (D + 8) * 4 <= size_t(2 * kStages * kBlockN) * D * 2,
                 "the merge scratch fits in the K/V ring");
