@@ -26,4 +26,13 @@ else
   grep -q "no CUDA GPU" <<<"$out" || fail "message does not say there is no GPU: $out"
 fi
 "$bench" nosuchkernel >/dev/null 2>&1 && fail "an unknown kernel name exited 0"
+# --decode --num-splits: outside 0..256 is refused by the parser (GPU or not), naming the option.
+out=$("$bench" --decode --num-splits 257 2>&1) && fail "--num-splits 257 exited 0"
+grep -q -- "--num-splits" <<<"$out" || fail "--num-splits 257: message does not name the option: $out"
+if nvidia-smi -L >/dev/null 2>&1; then
+  out=$("$bench" --decode --seqlen-k 1000 --num-splits 0,3 --check --iters 3 2>/dev/null) \
+    || fail "--decode --num-splits 0,3 failed on a GPU: $out"
+  [ "$(grep -c "PASS" <<<"$out")" -ge 2 ] || fail "--num-splits 0,3 did not check both counts: $out"
+  grep -q "splits   3" <<<"$out" || fail "--num-splits 3 was not the row's split count: $out"
+fi
 echo "cli ok"
