@@ -30,13 +30,8 @@ constexpr float kLn2 = 0.6931471805599453f;
 // kTileFactor (K8): the scores' scale may change from tile to tile (set_factor before each
 // update_scores), so the running max is kept scaled (row_max * factor would mix scales) and each
 // tile's raw max is scaled once per row; P is still one FFMA + exp2 per score. Needs kFoldScale.
-// kSkipUnmovedRescale (K7, K8; implied by kLazyRescale): the exact half of the lazy rescale. A row
-// whose max did not move gets alpha = 1 exactly, and rescale skips O in every warp none of whose
-// rows moved. Nothing changes in the arithmetic (O * 1 = O); on long rows of random scores the
-// max rarely moves after the first tiles, and the skip saves one multiply per O element and tile
-// (64 of the ~495 instructions a K7 consumer thread issues per 128-key tile at d = 128).
 template <int kRows, bool kFoldScale, bool kLazyRescale = false, int kPOffsetLog2 = 0,
-          bool kTileFactor = false, bool kSkipUnmovedRescale = kLazyRescale>
+          bool kTileFactor = false>
 struct OnlineSoftmax {
   static_assert(!kTileFactor || (kFoldScale && !kLazyRescale), "a per-tile factor is folded, not lazy");
   static_assert(!(kLazyRescale && kPOffsetLog2 > 0), "a lazy reference lets P exceed 2^offset");
@@ -84,7 +79,7 @@ struct OnlineSoftmax {
         for (int c = 0; c < size<1>(s); ++c) tile_max = fmaxf(tile_max, s(r, c));
         const float mx = fmaxf(row_max[r], quad_max(tile_max) * factor);  // factor > 0
         const float m_safe = mx == -INFINITY ? 0.f : mx;
-        alpha[r] = exp2_approx(row_max[r] - m_safe);  // exp2(0) = 1 exactly when mx did not move
+        alpha[r] = exp2_approx(row_max[r] - m_safe);
         row_max[r] = mx;
         exponentiate_row(s, r, m_safe, alpha[r]);
       }
@@ -98,7 +93,7 @@ struct OnlineSoftmax {
         // The scaled max; no key seen yet: 0, to avoid -inf - -inf.
         const float m_safe = mx == -INFINITY ? 0.f : mx * factor;
         alpha[r] = exp2_approx(fmaf(row_max[r], factor, -m_safe));
-        if constexpr (kSkipUnmovedRescale) {
+        if constexpr (kLazyRescale) {
           if (mx == row_max[r] && mx != -INFINITY) alpha[r] = 1.f;  // exactly: O keeps its scale
         }
         row_max[r] = mx;
@@ -198,7 +193,7 @@ struct OnlineSoftmax {
   template <class TO>
   __device__ __forceinline__ void rescale(TO& o, const float (&alpha)[kRows]) {
     using namespace cute;
-    if constexpr (kSkipUnmovedRescale) {  // warp-uniform: skip when none of the warp's rows moved
+    if constexpr (kLazyRescale) {  // warp-uniform: skip when none of the warp's rows moved
       bool moved = false;
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) moved |= alpha[r] != 1.f;
