@@ -178,7 +178,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   constexpr int kRows = decltype(size<0>(o_rc))::value;
   constexpr bool kFoldScale = Scales::kFoldScale;
   sm90::OnlineSoftmax<kRows, kFoldScale, /*kLazyRescale=*/false, /*kPOffsetLog2=*/8,
-                      Scales::kTileFactor, /*kTreeMax=*/true>
+                      Scales::kTileFactor>
       softmax(scales.tile_scale_log2(0));
   float alpha[kRows];
   clear(tOrO);

@@ -30,11 +30,8 @@ constexpr float kLn2 = 0.6931471805599453f;
 // kTileFactor (K8): the scores' scale may change from tile to tile (set_factor before each
 // update_scores), so the running max is kept scaled (row_max * factor would mix scales) and each
 // tile's raw max is scaled once per row; P is still one FFMA + exp2 per score. Needs kFoldScale.
-// kTreeMax (K7): a row's max over its columns in 4 independent chains combined at the end, instead
-// of one chain of dependent FMNMX (32 long at K7's 128-key tiles, before any exp2 can start). max
-// is exact in any order: the result is the same bit for bit.
 template <int kRows, bool kFoldScale, bool kLazyRescale = false, int kPOffsetLog2 = 0,
-          bool kTileFactor = false, bool kTreeMax = false>
+          bool kTileFactor = false>
 struct OnlineSoftmax {
   static_assert(!kTileFactor || (kFoldScale && !kLazyRescale), "a per-tile factor is folded, not lazy");
   static_assert(!(kLazyRescale && kPOffsetLog2 > 0), "a lazy reference lets P exceed 2^offset");
@@ -172,22 +169,10 @@ struct OnlineSoftmax {
   // Row r's max over the running max and this tile's scores (quad-reduced: the 4 threads of a row).
   template <class TS>
   __device__ __forceinline__ float running_max(const TS& s, int r) const {
-    constexpr int kCols = decltype(cute::size<1>(typename std::decay_t<TS>::layout_type{}))::value;
-    if constexpr (kTreeMax && kCols % 4 == 0) {
-      float m[4];
-      CUTE_UNROLL
-      for (int a = 0; a < 4; ++a) m[a] = s(r, a);
-      CUTE_UNROLL
-      for (int c = 4; c < kCols; c += 4)
-        CUTE_UNROLL
-        for (int a = 0; a < 4; ++a) m[a] = fmaxf(m[a], s(r, c + a));
-      return quad_max(fmaxf(fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3])), row_max[r]));
-    } else {
-      float mx = row_max[r];
-      CUTE_UNROLL
-      for (int c = 0; c < cute::size<1>(s); ++c) mx = fmaxf(mx, s(r, c));
-      return quad_max(mx);
-    }
+    float mx = row_max[r];
+    CUTE_UNROLL
+    for (int c = 0; c < cute::size<1>(s); ++c) mx = fmaxf(mx, s(r, c));
+    return quad_max(mx);
   }
 
   // Row r of P (p, as update_speculative's) = exp2(s * factor - m_scaled); returns this thread's
