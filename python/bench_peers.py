@@ -10,7 +10,10 @@ Writes a table (each hfa kernel's TFLOPS and its ratios to cudnn and torch_flash
 DESIGN.md schema, and PNG plots (TFLOPS vs seqlen, one line per implementation, one panel per
 (d, causal)). With --bwd the same for the backward pass: every implementation's gradients of
 q, k, v through torch.autograd.grad after an untimed forward (hfa's forward kernel is --kernels,
-its backward the library's "auto" backward kernel); TFLOPS = 2.5 x the forward's FLOPs.
+its backward the library's "auto" backward kernel); TFLOPS = 2.5 x the forward's FLOPs. With
+--step a training step: forward and backward through autograd, timed together (JSON kind
+"step"; hfa's "auto" is named "hfa"); TFLOPS = 3.5 x the forward's FLOPs. --deterministic runs
+hfa's backward in its deterministic mode (rows named <kernel>_deterministic).
 
 Timing: CUDA events around each call, L2 flushed before each, the GPU kept busy for ~1 ms before
 the start event so host launch overhead is not timed, median of --iters after --warmup;
@@ -84,8 +87,17 @@ def attention_flops(c):
     return f / 2 if c["causal"] else f
 
 
+FLOPS_FACTOR = {"fwd": 1.0, "bwd": 2.5, "step": 3.5}
+
+
+def hfa_label(kernel, kind, deterministic):
+    """The JSON impl of an hfa kernel's rows: step rows of "auto" are "hfa"."""
+    name = "hfa" if kind == "step" and kernel == "auto" else kernel
+    return name + ("_deterministic" if deterministic and kind != "fwd" else "")
+
+
 def row(impl, c, dtype, ms, iters, error=None, kind="fwd"):
-    flops = attention_flops(c) * (2.5 if kind == "bwd" else 1.0)
+    flops = attention_flops(c) * FLOPS_FACTOR[kind]
     tflops = flops / (ms * 1e-3) / 1e12 if ms else None
     r = dict(impl=impl, kind=kind, dtype=dtype, d=c["d"], causal=c["causal"], seqlen_q=c["s"],
              seqlen_k=c["s"], batch=c["batch"], heads_q=c["heads"], heads_kv=c["heads"],
@@ -95,33 +107,39 @@ def row(impl, c, dtype, ms, iters, error=None, kind="fwd"):
     return r
 
 
-def bench_config(c, impls, dtype, timer, backward=False):
+def bench_config(c, impls, dtype, timer, kind="fwd", deterministic=False):
     tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     shape = (c["batch"], c["s"], c["heads"], c["d"])
-    q, k, v = (torch.randn(shape, device="cuda", dtype=tdtype, requires_grad=backward) for _ in range(3))
+    grads = kind != "fwd"
+    q, k, v = (torch.randn(shape, device="cuda", dtype=tdtype, requires_grad=grads) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA's (b, h, s, d) view of BSHD
-    dout = torch.randn(shape, device="cuda", dtype=tdtype) if backward else None
-    kind = "bwd" if backward else "fwd"
+    dout = torch.randn(shape, device="cuda", dtype=tdtype) if grads else None
     rows = []
     for impl in impls:
+        label = impl
         if impl in PEERS:
             def fwd(impl=impl):
                 with sdpa_kernel(PEERS[impl]):
                     return F.scaled_dot_product_attention(qt, kt, vt, is_causal=c["causal"]).transpose(1, 2)
         else:
+            label = hfa_label(impl, kind, deterministic)
+
             def fwd(impl=impl):
-                return hfa.attention(q, k, v, causal=c["causal"], kernel=impl)
+                return hfa.attention(q, k, v, causal=c["causal"], kernel=impl,
+                                     deterministic=deterministic)
         try:
-            if backward:
+            if kind == "bwd":
                 out = fwd()  # untimed; its graph is kept for every timed backward
                 ms, iters = timer.median_ms(
                     lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
                 del out
+            elif kind == "step":  # forward and backward, as a training step runs them
+                ms, iters = timer.median_ms(lambda: torch.autograd.grad(fwd(), (q, k, v), dout))
             else:
                 ms, iters = timer.median_ms(fwd)
-            rows.append(row(impl, c, dtype, ms, iters, kind=kind))
+            rows.append(row(label, c, dtype, ms, iters, kind=kind))
         except (RuntimeError, ValueError, NotImplementedError) as e:  # cannot run this configuration
-            rows.append(row(impl, c, dtype, None, 0, error=str(e).splitlines()[0][:300], kind=kind))
+            rows.append(row(label, c, dtype, None, 0, error=str(e).splitlines()[0][:300], kind=kind))
     return rows
 
 
@@ -190,7 +208,8 @@ def plot(rows, path, kind="fwd"):
                 ax.axhline(gemm, color="gray", linestyle="--", label="cublas_gemm")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            ax.set_title(f"{'backward' if kind == 'bwd' else 'forward'}, d={d}, causal={int(causal)}")
+            title = {"fwd": "forward", "bwd": "backward", "step": "training step (fwd + bwd)"}[kind]
+            ax.set_title(f"{title}, d={d}, causal={int(causal)}")
             ax.set_xlabel("seqlen (batch = 16384 / seqlen)")
             ax.set_ylabel("TFLOPS")
             ax.grid(True, which="both", alpha=0.3)
@@ -227,9 +246,18 @@ def main():
                     help="time budget per (configuration, implementation); slower ones get fewer iterations (at least 5)")
     ap.add_argument("--bwd", action="store_true",
                     help="time the backward pass (gradients of q, k, v) instead of the forward")
+    ap.add_argument("--step", action="store_true",
+                    help="time a training step: forward + backward through autograd")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="--bwd/--step: hfa's deterministic backward")
     ap.add_argument("--json", help="write rows in the DESIGN.md schema")
     ap.add_argument("--plot", help="write a PNG")
     args = ap.parse_args()
+    if args.bwd and args.step:
+        sys.exit("bench_peers: --bwd and --step are two runs; give one")
+    if args.deterministic and not (args.bwd or args.step):
+        sys.exit("bench_peers: --deterministic is a backward option: it needs --bwd or --step")
+    kind = "step" if args.step else "bwd" if args.bwd else "fwd"
 
     kernels = [k for k in args.kernels.split(",") if k]
     peers = [p for p in args.peers.split(",") if p]
@@ -250,14 +278,13 @@ def main():
                          [int(x) for x in args.seqlens.split(",")]))
     attn_impls = kernels + [p for p in peers if p in PEERS]
     for n, c in enumerate(configs, 1):
-        new = bench_config(c, attn_impls, args.dtype, timer, backward=args.bwd)
+        new = bench_config(c, attn_impls, args.dtype, timer, kind, args.deterministic)
         rows += new
         done = "  ".join(f"{r['impl']} {r['tflops']:.1f}" if r["tflops"] else f"{r['impl']} -" for r in new)
         print(f"[{n}/{len(configs)}] d={c['d']} causal={int(c['causal'])} s={c['s']}: {done}",
               file=sys.stderr, flush=True)
 
-    kind = "bwd" if args.bwd else "fwd"
-    print_table(rows, kernels, kind)
+    print_table(rows, [hfa_label(k, kind, args.deterministic) for k in kernels], kind)
     if args.json:
         write_run_json(args.json, rows)
     if args.plot:

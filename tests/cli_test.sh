@@ -19,6 +19,9 @@ if nvidia-smi -L >/dev/null 2>&1; then
     || fail "--bwd failed on a GPU: $out"
   grep -q "PASS" <<<"$out" || fail "--bwd did not check: $out"
   "$bench" k6 --bwd >/dev/null 2>&1 && fail "--bwd with a forward-only kernel exited 0"
+  out=$("$bench" fa2 --bwd --deterministic --seqlen 300 --headdim 64 --batch 2 --heads 4 --heads-kv 2 --causal --check --iters 3 2>/dev/null) \
+    || fail "--bwd --deterministic failed on a GPU: $out"
+  grep -q "fa2_deterministic.*PASS" <<<"$out" || fail "--bwd --deterministic did not check a fa2_deterministic row: $out"
 else
   out=$(CHECK=1 SEQLEN=512 HEADDIM=64 CAUSAL=0 "$bench" k2 2>&1); rc=$?
   [ $rc -ne 0 ] || fail "exit status 0 without a GPU"
@@ -26,6 +29,8 @@ else
   grep -q "no CUDA GPU" <<<"$out" || fail "message does not say there is no GPU: $out"
 fi
 "$bench" nosuchkernel >/dev/null 2>&1 && fail "an unknown kernel name exited 0"
+out=$("$bench" fa2 --deterministic 2>&1) && fail "--deterministic without --bwd exited 0"
+grep -q -- "--deterministic.*--bwd" <<<"$out" || fail "--deterministic without --bwd: message does not say why: $out"
 # --decode --num-splits: outside 0..256 is refused by the parser (GPU or not), naming the option.
 out=$("$bench" --decode --num-splits 257 2>&1) && fail "--num-splits 257 exited 0"
 grep -q -- "--num-splits" <<<"$out" || fail "--num-splits 257: message does not name the option: $out"

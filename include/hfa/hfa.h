@@ -284,12 +284,19 @@ struct BackwardArgs {
   bool causal = false;
   // A name from list_backward_kernels(), or "auto".
   std::string kernel = "auto";
+  // dq, dk and dv bit-identical from run to run, whatever the number of SMs free for the launch.
+  // dk and dv are always so (summed on chip in a fixed order); dq is summed over the KV blocks in
+  // fp32, which by default happens in whatever order the blocks finish. Deterministic mode adds
+  // each Q block's dq contributions in KV-block order (each waits for the previous block's turn):
+  // slower (docs/PERFORMANCE.md has the cost), and batch * heads_q * ceil(seqlen_q / 64) * 8 more
+  // int32 of workspace.
+  bool deterministic = false;
 };
 
 // Runs attention backward on `stream` (asynchronous). The kernel takes a stream-ordered fp32
 // workspace of batch * heads_q * (seqlen_q * head_dim + 2 * seqlen_q rounded up to a multiple of
-// 128) * 4 bytes (cudaMallocAsync, freed on the stream); kOutOfMemory if it does not fit. Rows
-// that saw no key (lse = -inf) get no gradient.
+// 128) * 4 bytes (cudaMallocAsync, freed on the stream; deterministic adds its turns, above);
+// kOutOfMemory if it does not fit. Rows that saw no key (lse = -inf) get no gradient.
 // batch == 0 launches nothing; seqlen_q == 0 gives dk = dv = 0, seqlen_k == 0 gives dq = 0.
 Status backward(const BackwardArgs& args, cudaStream_t stream = nullptr);
 

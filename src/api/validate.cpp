@@ -409,6 +409,7 @@ Status normalize_backward(const BackwardArgs& args, BwdProblem* bp) {
   r.dq_batch_stride = args.dq.stride[0]; r.dq_row_stride = args.dq.stride[1]; r.dq_head_stride = args.dq.stride[2];
   r.dk_batch_stride = args.dk.stride[0]; r.dk_row_stride = args.dk.stride[1]; r.dk_head_stride = args.dk.stride[2];
   r.dv_batch_stride = args.dv.stride[0]; r.dv_row_stride = args.dv.stride[1]; r.dv_head_stride = args.dv.stride[2];
+  r.deterministic = args.deterministic;
   *bp = r;
   return Status::Ok();
 }

@@ -228,6 +228,7 @@ BackwardArgs DeviceBuffers::backward_args() const {
   a.causal = f.causal;
   a.softmax_scale = f.softmax_scale;
   a.kernel = f.kernel;
+  a.deterministic = config.deterministic;
   a.dout = dout.view;
   a.dq = dq.view;
   a.dk = dk.view;

@@ -43,6 +43,7 @@ struct Config {
   Layout layout = Layout::kPacked;
   bool with_lse = true;
   bool backward = false;  // also allocate dout, dq, dk, dv (and always LSE)
+  bool deterministic = false;  // backward_args(): BackwardArgs::deterministic
 
   std::string describe() const;  // one line, for messages
   DType out_dtype() const { return dtype == DType::kE4M3 ? fp8_out_dtype : dtype; }

@@ -82,6 +82,11 @@ struct BwdProblem {
   float* dq_accum = nullptr;
   float* row_stats = nullptr;
   int row_stats_rows = 0;
+
+  // BackwardArgs::deterministic: dq added in KV-block order, with one turn counter per
+  // (batch, query head, Q block, dq slab) in the workspace (zeroed by the launch).
+  bool deterministic = false;
+  int* dq_turns = nullptr;
 };
 
 // What a kernel needs to know about the GPU it would run on. Filled from the current device by

@@ -282,6 +282,18 @@ TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksFa2) {
   EXPECT_EQ(p.dk_row_stride, kHkv * kD);
 }
 
+// BackwardArgs::deterministic reaches the kernel's problem (default off), and fa2 takes it.
+TEST(BackwardValidation, DeterministicIsCarried) {
+  BwdProblem p;
+  BackwardArgs a = valid_backward_args();
+  ASSERT_TRUE(normalize_backward(a, &p).ok());
+  EXPECT_FALSE(p.deterministic);
+  a.deterministic = true;
+  ASSERT_TRUE(normalize_backward(a, &p).ok());
+  EXPECT_TRUE(p.deterministic);
+  EXPECT_TRUE(plan_backward(a).ok());
+}
+
 TEST(BackwardValidation, LseIsRequired) {
   BackwardArgs a = valid_backward_args();
   a.lse.data = nullptr;

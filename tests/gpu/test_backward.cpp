@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "check/check.h"
+#include "check/sm_occupier.h"
 #include "gpu_test_util.h"
 
 namespace hfa::testing {
@@ -120,6 +121,62 @@ TEST_P(BackwardPerKernel, KeyValueGradientsDeterministic) {
     outs.push_back(download_bytes({&buf.dk, &buf.dv}));
   }
   EXPECT_TRUE(outs[0] == outs[1] && outs[1] == outs[2]);
+}
+
+// Deterministic mode: correct by the same rule (odd lengths, sq != sk both ways, GQA and MQA,
+// causal and not, every compiled head dim), ...
+TEST_P(BackwardPerKernel, DeterministicModeMatchesReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  const ShapeCase shapes[] = {{2, 300, 333, 4, 2}, {1, 129, 17, 8, 1}, {1, 200, 700, 6, 3}};
+  uint64_t seed = 40;
+  for (int d : compiled_head_dims())
+    for (const ShapeCase& s : shapes)
+      for (bool causal : {false, true}) {
+        check::Config c = backward_config({GetParam(), d, causal, DType::kBF16}, s);
+        check::DeviceBuffers buf;
+        ASSERT_TRUE(buf.allocate(c).ok());
+        check::BackwardCheckResult r;
+        const Status st = check::run_check_backward(buf, ++seed, 0, &r,
+                                                    [](BackwardArgs& a) { a.deterministic = true; });
+        if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << c.describe() << ": " << st.message;
+        ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
+        EXPECT_TRUE(r.pass) << c.describe() << " deterministic, seed " << seed << ": " << r.message;
+      }
+}
+
+// ... and bit-identical across runs, including a run that gets only 4 of the GPU's SMs (the
+// others held by check::SmOccupier), where the KV blocks finish in another order.
+TEST_P(BackwardPerKernel, DeterministicModeBitIdenticalOnFewerSms) {
+  HFA_SKIP_WITHOUT_GPU();
+  for (int d : compiled_head_dims()) {
+    check::Config c = small(700, 1300, 16, 4);
+    c.head_dim = d;
+    c.batch = 2;
+    c.causal = true;
+    check::DeviceBuffers buf;
+    ASSERT_TRUE(buf.allocate(c).ok());
+    ASSERT_TRUE(buf.fill_random(31).ok());
+    ForwardArgs fwd = buf.forward_args();
+    fwd.kernel = "auto";
+    ASSERT_TRUE(forward(fwd).ok());
+    BackwardArgs bwd = buf.backward_args();
+    bwd.deterministic = true;
+    std::vector<std::vector<unsigned char>> outs;
+    for (int run = 0; run < 3; ++run) {
+      for (const auto* t : {&buf.dq, &buf.dk, &buf.dv})
+        ASSERT_EQ(cudaMemset(t->data, 0xFF, t->alloc_elems * size_of(t->view.dtype)), cudaSuccess);
+      check::SmOccupier occupier;
+      if (run == 1) ASSERT_TRUE(occupier.occupy(/*free_sms=*/4).ok());
+      const Status st = backward(bwd);
+      if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << st.message;
+      ASSERT_TRUE(st.ok()) << st.message;
+      ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+      ASSERT_TRUE(occupier.release().ok());
+      outs.push_back(download_bytes({&buf.dq, &buf.dk, &buf.dv}));
+    }
+    EXPECT_TRUE(outs[0] == outs[1]) << "d " << d << ": the run on 4 SMs differs";
+    EXPECT_TRUE(outs[0] == outs[2]) << "d " << d << ": two full-GPU runs differ";
+  }
 }
 
 // Many KV blocks and Q blocks per CTA, GQA 4:1, sq != sk; a random subset of groups checked.

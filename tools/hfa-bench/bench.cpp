@@ -59,7 +59,7 @@ Status run_backward(check::DeviceBuffers& buffers, const Options& options, uint6
 
 Row run_config(const check::Config& config, const Options& options, uint64_t seed) {
   Row row;
-  row.impl = config.kernel;
+  row.impl = config.kernel + (options.backward && config.deterministic ? "_deterministic" : "");
   row.config = config;
   row.config.backward = options.backward;
   row.kind = options.backward ? "bwd" : "fwd";

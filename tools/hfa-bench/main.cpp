@@ -130,6 +130,9 @@ int main(int argc, char** argv) {
   app.add_flag("--check", opt.check, "check against the fp64 CPU reference; exit 1 on FAIL")->envname("CHECK");
   app.add_option("--check-rows", opt.check_rows, "rows checked per configuration (random subset when more)");
   app.add_flag("--bwd", opt.backward, "the backward pass (backward kernels: see --list); TFLOPS = 2.5 x forward FLOPs");
+  bool deterministic = false;
+  app.add_flag("--deterministic", deterministic,
+               "--bwd: BackwardArgs::deterministic (bit-identical gradients); rows named <kernel>_deterministic");
   app.add_option("--check-groups", opt.check_groups, "--bwd --check: (batch, KV head) groups checked (random subset; 0 = all)")->check(CLI::NonNegativeNumber);
   app.add_flag("--sweep", sweep, "run the seeds' sweep: s=512..16384, batch=16384/s, heads=2048/d, causal 0/1");
   app.add_option("--sweep-headdims", sweep_dims, "head dims of the sweep")->delimiter(',');
@@ -154,6 +157,10 @@ int main(int argc, char** argv) {
   if (list) {
     print_kernel_list();
     return 0;
+  }
+  if (deterministic && !opt.backward) {
+    std::fprintf(stderr, "hfa-bench: --deterministic is a backward option: it needs --bwd\n");
+    return 2;
   }
   std::string why;
   if (!have_gpu(&why)) {
@@ -213,6 +220,7 @@ int main(int argc, char** argv) {
     for (const std::string& k : kernels) {
       c.kernel = k;
       c.dtype = dtype;
+      c.deterministic = deterministic;
       c.fp8_block_scales = false;
       // An FP8 kernel gets its inputs (e4m3, per-head or block descales) unless --dtype says
       // otherwise (then it refuses by name).

@@ -42,7 +42,10 @@ def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
                    v_descale: Optional[torch.Tensor] = None,
                    out_dtype: Optional[torch.dtype] = None,
                    q_block_descale: Optional[torch.Tensor] = None,
-                   k_block_descale: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                   k_block_descale: Optional[torch.Tensor] = None,
+                   deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    # deterministic is the backward's (saved for it by _setup_context); the forward is
+    # deterministic anyway.
     _check_rank(q)
     out = torch.empty(q.shape, dtype=_out_dtype(q, out_dtype), device=q.device)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
@@ -53,7 +56,7 @@ def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
 
 @_attention_fwd.register_fake
 def _(q, k, v, causal, softmax_scale, kernel, q_descale=None, k_descale=None, v_descale=None,
-      out_dtype=None, q_block_descale=None, k_block_descale=None):
+      out_dtype=None, q_block_descale=None, k_block_descale=None, deterministic=False):
     _check_rank(q)
     out = q.new_empty(q.shape, dtype=_out_dtype(q, out_dtype))
     lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
@@ -63,16 +66,18 @@ def _(q, k, v, causal, softmax_scale, kernel, q_descale=None, k_descale=None, v_
 @torch.library.custom_op("hfa::attention_bwd", mutates_args=())
 def _attention_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                    dout: torch.Tensor, lse: torch.Tensor, causal: bool,
-                   softmax_scale: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   softmax_scale: Optional[float],
+                   deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     # Autograd hands dout in any layout (e.g. expanded, stride 0): the kernel needs head_dim
     # contiguous and 16-byte strides, which a contiguous copy always has.
-    _C.backward(q, k, v, out, dout.contiguous(), lse, dq, dk, dv, causal, softmax_scale, "auto")
+    _C.backward(q, k, v, out, dout.contiguous(), lse, dq, dk, dv, causal, softmax_scale, "auto",
+                deterministic)
     return dq, dk, dv
 
 
 @_attention_bwd.register_fake
-def _(q, k, v, out, dout, lse, causal, softmax_scale):
+def _(q, k, v, out, dout, lse, causal, softmax_scale, deterministic=False):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -81,6 +86,7 @@ def _setup_context(ctx, inputs, output):
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.causal, ctx.softmax_scale = causal, softmax_scale
+    ctx.deterministic = inputs[12] if len(inputs) > 12 else False
     ctx.set_materialize_grads(False)  # an unused lse gets no gradient tensor at all
 
 
@@ -90,9 +96,10 @@ def _backward(ctx, dout, dlse):
                                   "supported; use lse only outside the differentiated graph")
     q, k, v, out, lse = ctx.saved_tensors
     if dout is None:
-        return (None,) * 12
-    dq, dk, dv = torch.ops.hfa.attention_bwd(q, k, v, out, dout, lse, ctx.causal, ctx.softmax_scale)
-    return (dq, dk, dv) + (None,) * 9
+        return (None,) * 13
+    dq, dk, dv = torch.ops.hfa.attention_bwd(q, k, v, out, dout, lse, ctx.causal, ctx.softmax_scale,
+                                             ctx.deterministic)
+    return (dq, dk, dv) + (None,) * 10
 
 
 _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -104,7 +111,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
               k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None,
               out_dtype: Optional[torch.dtype] = None,
               q_block_descale: Optional[torch.Tensor] = None,
-              k_block_descale: Optional[torch.Tensor] = None):
+              k_block_descale: Optional[torch.Tensor] = None,
+              deterministic: bool = False):
     """softmax(softmax_scale * q k^T [+ causal mask]) v.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim); bf16,
@@ -121,11 +129,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     and k_block_descale (batch, heads_kv, ceil(seqlen_k / 128)) in place of q_descale and
     k_descale. quantize_fp8() makes either from bf16/fp16 tensors. Forward only (k7, k8).
 
-    Differentiable with respect to q, k and v (bf16/fp16).
+    Differentiable with respect to q, k and v (bf16/fp16). deterministic=True makes the backward's
+    dq, dk, dv bit-identical from run to run (BackwardArgs::deterministic: dq is summed in a fixed
+    order, at some cost in speed); the default is the fastest backward.
     """
     out, lse = torch.ops.hfa.attention_fwd(q, k, v, causal, softmax_scale, kernel, q_descale,
                                            k_descale, v_descale, out_dtype, q_block_descale,
-                                           k_block_descale)
+                                           k_block_descale, deterministic)
     return (out, lse) if return_lse else out
 
 

@@ -73,14 +73,18 @@ Status launch_backward(const BwdProblem& problem, const DeviceInfo&, cudaStream_
   const size_t accum_bytes = rows * p.head_dim * sizeof(float);
   const size_t stats_bytes =
       static_cast<size_t>(p.batch) * p.heads_q * bp.row_stats_rows * 2 * sizeof(float);
+  const size_t turn_bytes =
+      bp.deterministic ? static_cast<size_t>(fa2::dq_turn_count(p.batch, p.heads_q, p.seqlen_q)) * sizeof(int) : 0;
   void* workspace = nullptr;
   if (rows > 0)
-    HFA_RETURN_IF_ERROR(cuda_status(cudaMallocAsync(&workspace, accum_bytes + stats_bytes, stream),
+    HFA_RETURN_IF_ERROR(cuda_status(cudaMallocAsync(&workspace, accum_bytes + stats_bytes + turn_bytes, stream),
                                     "fa2 backward: allocating the fp32 dQ workspace"));
   bp.dq_accum = static_cast<float*>(workspace);
   bp.row_stats = bp.dq_accum + rows * p.head_dim;
-  // (The row-statistics kernel zeroes the dQ accumulator.)
-  cudaError_t err = dispatch_dtype_head_dim<Fa2Backward>(bp, p.dtype, p.head_dim, stream);
+  bp.dq_turns = turn_bytes ? reinterpret_cast<int*>(bp.row_stats + stats_bytes / sizeof(float)) : nullptr;
+  // (The row-statistics kernel zeroes the dQ accumulator; the turns are zeroed here.)
+  cudaError_t err = turn_bytes ? cudaMemsetAsync(bp.dq_turns, 0, turn_bytes, stream) : cudaSuccess;
+  if (err == cudaSuccess) err = dispatch_dtype_head_dim<Fa2Backward>(bp, p.dtype, p.head_dim, stream);
   const cudaError_t free_err = workspace ? cudaFreeAsync(workspace, stream) : cudaSuccess;
   if (err == cudaSuccess) err = free_err;
   return cuda_status(err, "launching fa2 backward");
@@ -103,9 +107,9 @@ BackwardKernelEntry fa2_backward_entry() {
   e.description =
       "FA2 backward (Algorithm 2) on mma.sync: one CTA per KV block, P recomputed from LSE, dK/dV "
       "on chip (summed over the GQA group), dQ added in fp32 (TMA tensor reductions on sm90, atomics "
-      "before)";
-  e.supports = "bf16/fp16, head_dim " HFA_HEAD_DIMS_STRING ", causal (block skipping), GQA/MQA; "
-               "16-byte aligned pointers and strides; sm80+";
+      "before; in KV-block order when deterministic)";
+  e.supports = "bf16/fp16, head_dim " HFA_HEAD_DIMS_STRING ", causal (block skipping), GQA/MQA, "
+               "deterministic mode; 16-byte aligned pointers and strides; sm80+";
   e.auto_priority = 10;
   e.check = check_backward;
   e.launch = launch_backward;

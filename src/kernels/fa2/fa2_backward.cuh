@@ -15,6 +15,11 @@
 //                      per 32-column slab, issued when block i + 1 starts; else by fp32 atomics
 //                      from registers)
 //                Causal: Q blocks wholly before the KV block are skipped.
+//                Deterministic (bp.deterministic, a kernel of its own): the dQ additions into each Q block (and 32-column
+//                slab, when staged) happen in KV-block order: KV block j waits for the turn counter
+//                to read j (the blocks before it that add to that Q block are exactly 0 .. j - 1:
+//                the causal skip only drops a prefix of Q blocks, longer for later KV blocks),
+//                adds, waits for its addition to complete, and passes the turn on.
 //   3. convert:  dQ = scale * dQ_accum in the output dtype and strides.
 // Q_{i+1} and dO_{i+1} load (cp.async) while block i computes, where shared memory allows.
 #pragma once
@@ -26,6 +31,7 @@
 
 #include "common/problem.h"
 #include "kernels/common/numeric.cuh"
+#include "kernels/common/turns.cuh"
 #include "kernels/fa2/fa2_forward.cuh"
 #include "kernels/sm90/common/bulk_reduce.cuh"
 #include "kernels/sm90/common/tensor_map.h"
@@ -101,7 +107,9 @@ __device__ __forceinline__ int backward_first_q_block(const FwdProblem& p, int k
 
 // dq_map: the dQ workspace as (D, seqlen_q, batch * heads_q) fp32 with (32, kBlockM) boxes, for
 // the staged path (unused by the atomics).
-template <typename T, class Shape>
+// kDeterministic (bp.deterministic): a kernel of its own, so that the default one's code is what
+// it was (the turn logic in the same kernel made ptxas spill a loop bound at d = 128).
+template <typename T, class Shape, bool kDeterministic>
 __global__ void __launch_bounds__(Shape::kThreads)
     fa2_backward_kernel(BwdProblem bp, const __grid_constant__ CUtensorMap dq_map) {
   const FwdProblem& p = bp.fwd;
@@ -172,14 +180,31 @@ __global__ void __launch_bounds__(Shape::kThreads)
     if (blk.q0 == q_end) blk.q0 = m_begin * kBlockM, ++blk.h;
     return blk;
   };
+  // Deterministic mode: the turn counter of block blk's dQ slab `slot`; this CTA's turn is its
+  // KV block index, blockIdx.x.
+  auto dq_turn = [&](QBlock blk, int slot) {
+    const int64_t bh = static_cast<int64_t>(b) * p.heads_q + blk.h;
+    return bp.dq_turns + (bh * dq_turn_blocks(p.seqlen_q) + blk.q0 / kBlockM) * kDqTurnSlots + slot;
+  };
   // Staged dQ: warp w < kDqSlabs adds slab w of sdQ (block blk's dQ, columns 32w .. 32w + 31) to
   // the workspace with one TMA reduction (rows past seqlen_q lie outside the tensor map: skipped),
   // and later waits for its reads before the barrier after which sdQ is written again.
+  // Deterministic: each slab's reduction waits for its turn and completes before passing it on.
   auto reduce_dq = [&](QBlock blk) {
     if (warp < kDqSlabs && lane == 0) {
+      int* turn = kDeterministic ? dq_turn(blk, warp) : nullptr;
+      if (kDeterministic) {
+        wait_for_turn(turn, blockIdx.x);
+        sm90::fence_proxy_async_global();  // the earlier blocks' sums, before this one's reads
+      }
       sm90::tensor_reduce_add_f32(&dq_map, sdQ + warp * kBlockM * kDqSlabCols, warp * kDqSlabCols,
                                   blk.q0, b * p.heads_q + blk.h);
       sm90::bulk_commit_group();
+      if (kDeterministic) {
+        sm90::bulk_wait<0>();              // this reduction has completed (written, not just read)
+        sm90::fence_proxy_async_global();  // and comes before the turn is passed
+        pass_turn(turn);
+      }
     }
   };
   auto load_q_do = [&](QBlock blk, int stage) {
@@ -270,6 +295,12 @@ __global__ void __launch_bounds__(Shape::kThreads)
 
     // dQ_i += dS K_j, added into the fp32 workspace (other KV blocks add to the same rows); in
     // chunks of 64 columns so that d=256 with atomics does not need 64 more registers.
+    constexpr bool kAtomicsTurn = !kDqStaged && kDeterministic;  // a Q block's whole dQ is one turn
+    int* atomics_turn = kAtomicsTurn ? dq_turn(cur, 0) : nullptr;
+    if constexpr (kAtomicsTurn) {
+      if (threadIdx.x == 0) wait_for_turn(atomics_turn, blockIdx.x);
+      __syncthreads();
+    }
     {
       // Atomics: one base address per iteration; each of the lane's rows and n8 tiles is a
       // constant offset from it.
@@ -313,6 +344,11 @@ __global__ void __launch_bounds__(Shape::kThreads)
           add_rows(std::true_type{});
       }
       if constexpr (kDqStaged) sm90::fence_proxy_async_shared();  // sdQ before the bulk reads
+    }
+    if constexpr (kAtomicsTurn) {  // every thread's atomics are done and visible; the turn passes
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) pass_turn(atomics_turn);
     }
     prev = cur;
     cur = next_block(cur);
@@ -374,7 +410,8 @@ cudaError_t launch_backward_shape(const BwdProblem& bp, cudaStream_t stream) {
         err != cudaSuccess)
       return err;
   }
-  return launch_with_smem(fa2_backward_kernel<T, Shape>,
+  auto* kernel = bp.deterministic ? fa2_backward_kernel<T, Shape, true> : fa2_backward_kernel<T, Shape, false>;
+  return launch_with_smem(kernel,
                           dim3(ceil_div(p.seqlen_k, Shape::kBlockN), p.heads_kv, p.batch),
                           Shape::kThreads, Shape::kSmemBytes, stream, bp, dq_map);
 }

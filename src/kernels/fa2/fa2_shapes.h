@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace hfa::fa2 {
 
@@ -43,6 +44,16 @@ struct FwdShape {
 constexpr int kRowStatsAlign = 128;
 constexpr int row_stats_rows(int seqlen_q) {
   return (seqlen_q + kRowStatsAlign - 1) / kRowStatsAlign * kRowStatsAlign;
+}
+
+// Deterministic backward (BwdProblem::dq_turns): a turn counter per (batch, query head, Q block,
+// dQ slab), laid out for the smallest Q block (64 rows) and the most slabs (d = 256: 8 of 32
+// columns); a shape with larger blocks or fewer slabs uses a prefix of each row of counters.
+constexpr int kDqTurnRows = 64;
+constexpr int kDqTurnSlots = 8;
+constexpr int64_t dq_turn_blocks(int seqlen_q) { return (seqlen_q + kDqTurnRows - 1) / kDqTurnRows; }
+constexpr int64_t dq_turn_count(int batch, int heads_q, int seqlen_q) {
+  return int64_t(batch) * heads_q * dq_turn_blocks(seqlen_q) * kDqTurnSlots;
 }
 
 // Backward: one CTA per (KV block of kBlockN keys, KV head, batch), looping over the Q blocks of

@@ -123,7 +123,7 @@ void quantize_fp8(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
               const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk,
               at::Tensor& dv, bool causal, std::optional<double> softmax_scale,
-              const std::string& kernel) {
+              const std::string& kernel, bool deterministic) {
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
   hfa::BackwardArgs args;
@@ -133,6 +133,7 @@ void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, con
   args.dq = to_view(dq, "dq", device);
   args.dk = to_view(dk, "dk", device);
   args.dv = to_view(dv, "dv", device);
+  args.deterministic = deterministic;
   throw_if_error(hfa::backward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
 }
 

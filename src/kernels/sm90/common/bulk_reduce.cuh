@@ -57,6 +57,13 @@ __device__ __forceinline__ void bulk_wait() {
 }
 
 // Orders this thread's earlier shared-memory stores before later async-proxy (bulk) reads.
+// Orders this thread's generic-proxy accesses of global memory with its async-proxy ones (bulk
+// reductions) on either side of the fence.
+__device__ __forceinline__ void fence_proxy_async_global() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void fence_proxy_async_shared() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
