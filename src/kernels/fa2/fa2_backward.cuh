@@ -15,11 +15,17 @@
 //                      per 32-column slab, issued when block i + 1 starts; else by fp32 atomics
 //                      from registers)
 //                Causal: Q blocks wholly before the KV block are skipped.
-//                Deterministic (bp.deterministic, a kernel of its own): the dQ additions into each Q block (and 32-column
-//                slab, when staged) happen in KV-block order: KV block j waits for the turn counter
-//                to read j (the blocks before it that add to that Q block are exactly 0 .. j - 1:
-//                the causal skip only drops a prefix of Q blocks, longer for later KV blocks),
-//                adds, waits for its addition to complete, and passes the turn on.
+//                Deterministic (bp.deterministic, a kernel of its own): the dQ additions into each
+//                Q block i (and 32-column slab, when staged) happen in a fixed order, the KV blocks
+//                that add to it from the last, last(i), down to 0: KV block j waits for the turn
+//                counter to read last(i) - j, adds, waits for its addition to complete, and passes
+//                the turn on. (The blocks adding to Q block i are exactly 0 .. last(i): the causal
+//                skip only drops a prefix of Q blocks, longer for later KV blocks.) Descending,
+//                because causal KV block j + 1 starts one Q block later than j and so reaches each
+//                Q block one step earlier: no one waits while all run at one pace (ascending, the
+//                causal backward ran at half speed). KV block j is CTA gridDim.x - 1 - j, so that
+//                the block waited for has the lower CTA index, is launched no later, and no wait
+//                can deadlock.
 //   3. convert:  dQ = scale * dQ_accum in the output dtype and strides.
 // Q_{i+1} and dO_{i+1} load (cp.async) while block i computes, where shared memory allows.
 #pragma once
@@ -153,7 +159,8 @@ __global__ void __launch_bounds__(Shape::kThreads)
            ((col % kDqSlabCols / 4) ^ (row % 8)) * 4 + col % 4;
   };
 
-  const int k0 = blockIdx.x * kBlockN, hk = blockIdx.y, b = blockIdx.z;
+  const int kv_block = kDeterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int k0 = kv_block * kBlockN, hk = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // This warp's rows and first columns (fa2_shapes.h): of S, dP, dQ, and of dK, dV.
   const int row_w = 16 * kMT * (warp % Shape::kSRowWarps);
@@ -180,8 +187,13 @@ __global__ void __launch_bounds__(Shape::kThreads)
     if (blk.q0 == q_end) blk.q0 = m_begin * kBlockM, ++blk.h;
     return blk;
   };
-  // Deterministic mode: the turn counter of block blk's dQ slab `slot`; this CTA's turn is its
-  // KV block index, blockIdx.x.
+  // Deterministic mode: the turn counter of block blk's dQ slab `slot`, and this CTA's turn on it:
+  // last(blk) - kv_block, last(blk) the last KV block that adds to Q block blk (the header).
+  auto my_turn = [&](QBlock blk) {
+    int last = gridDim.x - 1;
+    if (p.causal) last = min(last, (blk.q0 + kBlockM - 1 + p.causal_offset()) / kBlockN);
+    return last - kv_block;
+  };
   auto dq_turn = [&](QBlock blk, int slot) {
     const int64_t bh = static_cast<int64_t>(b) * p.heads_q + blk.h;
     return bp.dq_turns + (bh * dq_turn_blocks(p.seqlen_q) + blk.q0 / kBlockM) * kDqTurnSlots + slot;
@@ -194,7 +206,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
     if (warp < kDqSlabs && lane == 0) {
       int* turn = kDeterministic ? dq_turn(blk, warp) : nullptr;
       if (kDeterministic) {
-        wait_for_turn(turn, blockIdx.x);
+        wait_for_turn(turn, my_turn(blk));
         sm90::fence_proxy_async_global();  // the earlier blocks' sums, before this one's reads
       }
       sm90::tensor_reduce_add_f32(&dq_map, sdQ + warp * kBlockM * kDqSlabCols, warp * kDqSlabCols,
@@ -298,7 +310,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
     constexpr bool kAtomicsTurn = !kDqStaged && kDeterministic;  // a Q block's whole dQ is one turn
     int* atomics_turn = kAtomicsTurn ? dq_turn(cur, 0) : nullptr;
     if constexpr (kAtomicsTurn) {
-      if (threadIdx.x == 0) wait_for_turn(atomics_turn, blockIdx.x);
+      if (threadIdx.x == 0) wait_for_turn(atomics_turn, my_turn(cur));
       __syncthreads();
     }
     {
