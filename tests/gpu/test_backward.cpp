@@ -41,6 +41,16 @@ void expect_backward_pass(const check::Config& c, uint64_t seed, int max_groups 
   EXPECT_TRUE(r.pass) << c.describe() << " seed " << seed << ": " << r.message;
 }
 
+// Allocates c's buffers, fills the inputs and dout, and runs a forward for out and lse (any
+// correct forward: "auto").
+void prepare_backward_inputs(check::DeviceBuffers& buf, const check::Config& c, uint64_t seed) {
+  ASSERT_TRUE(buf.allocate(c).ok());
+  ASSERT_TRUE(buf.fill_random(seed).ok());
+  ForwardArgs fwd = buf.forward_args();
+  fwd.kernel = "auto";
+  ASSERT_TRUE(forward(fwd).ok());
+}
+
 class BackwardMatrix : public ::testing::TestWithParam<MatrixParam> {};
 
 TEST_P(BackwardMatrix, MatchesReference) {
@@ -106,11 +116,7 @@ TEST_P(BackwardPerKernel, KeyValueGradientsDeterministic) {
   c.batch = 2;
   c.causal = true;
   check::DeviceBuffers buf;
-  ASSERT_TRUE(buf.allocate(c).ok());
-  ASSERT_TRUE(buf.fill_random(27).ok());
-  ForwardArgs fwd = buf.forward_args();
-  fwd.kernel = "auto";
-  ASSERT_TRUE(forward(fwd).ok());
+  ASSERT_NO_FATAL_FAILURE(prepare_backward_inputs(buf, c, 27));
   std::vector<std::vector<unsigned char>> outs;
   for (int run = 0; run < 3; ++run) {
     for (const auto* t : {&buf.dk, &buf.dv})  // poison the gradients only: out and lse are inputs
@@ -154,11 +160,7 @@ TEST_P(BackwardPerKernel, DeterministicModeBitIdenticalOnFewerSms) {
     c.batch = 2;
     c.causal = true;
     check::DeviceBuffers buf;
-    ASSERT_TRUE(buf.allocate(c).ok());
-    ASSERT_TRUE(buf.fill_random(31).ok());
-    ForwardArgs fwd = buf.forward_args();
-    fwd.kernel = "auto";
-    ASSERT_TRUE(forward(fwd).ok());
+    ASSERT_NO_FATAL_FAILURE(prepare_backward_inputs(buf, c, 31));
     BackwardArgs bwd = buf.backward_args();
     bwd.deterministic = true;
     std::vector<std::vector<unsigned char>> outs;
