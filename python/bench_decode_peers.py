@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.modules.setdefault("hfa", types.ModuleType("hfa"))  # bench_peers imports the binding
-from bench_peers import Timer, write_run_json  # noqa: E402
+from bench_peers import add_timer_args, timer_from, write_run_json  # noqa: E402
 
 
 def decode_sweep():
@@ -111,11 +111,9 @@ def main():
     ap.add_argument("--merge", nargs="*", default=[], help="hfa-bench --decode --json files of the same run")
     ap.add_argument("--peers", default="cudnn,torch_flash,fa3,fa3_paged", help=", ".join(PEERS))
     ap.add_argument("--plot")
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--max-seconds", type=float, default=4.0)
+    add_timer_args(ap, max_seconds=4.0)
     args = ap.parse_args()
-    timer = Timer(args.warmup, args.iters, args.max_seconds)
+    timer = timer_from(args)
     rows = []
     for c in decode_sweep():
         for name in args.peers.split(","):

@@ -21,7 +21,7 @@ import torch
 # bench_peers imports the hfa binding at the top, which this script does not need: a stand-in
 # module lets its timer and sweep be reused on a machine where the binding is not installed.
 sys.modules.setdefault("hfa", types.ModuleType("hfa"))
-from bench_peers import Timer, sweep, write_run_json  # noqa: E402
+from bench_peers import add_timer_args, sweep, timer_from, write_run_json  # noqa: E402
 
 
 def fa3_fp8_fn(cfg):
@@ -84,11 +84,9 @@ def main():
     ap.add_argument("--json", required=True)
     ap.add_argument("--merge", nargs="*", default=[], help="hfa-bench --json files of the same run (k7, k8 rows)")
     ap.add_argument("--peers", default="fa3_fp8,cudnn_fp8", help="comma-separated: " + ", ".join(PEERS))
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--max-seconds", type=float, default=6.0)
+    add_timer_args(ap, max_seconds=6.0)
     args = ap.parse_args()
-    timer = Timer(args.warmup, args.iters, args.max_seconds)
+    timer = timer_from(args)
     rows = []
     ms, tf = fp8_gemm_tflops(timer)
     rows.append(dict(impl="cublas_gemm_fp8", kind="gemm", dtype="e4m3", ms=ms, tflops=tf, check=None))

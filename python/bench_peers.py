@@ -40,6 +40,19 @@ import hfa
 PEERS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "torch_flash": SDPBackend.FLASH_ATTENTION}
 
 
+def add_timer_args(ap, max_seconds):
+    """The timing options every benchmark script takes (bench_peers, bench_fp8_peers,
+    bench_decode_peers); timer_from() makes their Timer."""
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--max-seconds", type=float, default=max_seconds,
+                    help="time budget per (configuration, implementation); slower ones get fewer iterations (at least 5)")
+
+
+def timer_from(args):
+    return Timer(args.warmup, args.iters, args.max_seconds)
+
+
 def sweep(head_dims, seqlens):
     for d in head_dims:
         for causal in (False, True):
@@ -240,10 +253,7 @@ def main():
     ap.add_argument("--headdims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--max-seconds", type=float, default=20.0,
-                    help="time budget per (configuration, implementation); slower ones get fewer iterations (at least 5)")
+    add_timer_args(ap, max_seconds=20.0)
     ap.add_argument("--bwd", action="store_true",
                     help="time the backward pass (gradients of q, k, v) instead of the forward")
     ap.add_argument("--step", action="store_true",
@@ -270,7 +280,7 @@ def main():
             sys.exit(f"bench_peers: unknown peer {p!r}; available: cudnn, torch_flash, cublas_gemm")
 
     torch.manual_seed(0)
-    timer = Timer(args.warmup, args.iters, args.max_seconds)
+    timer = timer_from(args)
     rows = []
     if "cublas_gemm" in peers:
         rows.append(gemm_row(timer))

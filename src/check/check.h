@@ -11,6 +11,7 @@
 // the FP8 tensor cores' truncated accumulation of Q K^T can do to it (check.cpp).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -154,6 +155,20 @@ Status fill_normal(void* data, DType dtype, int64_t n, uint64_t seed);
 // always passes. LSE is fp32 in every kernel.
 inline double output_atol(DType dtype) { return dtype == DType::kFP16 ? 1.0 / 4096 : 1.0 / 512; }
 inline constexpr double kLseAtol = 1e-4;
+
+// One row's LSE against the fp64 reference, for every checker: a row that saw no key (ref = -inf)
+// must hold -inf (else *masked_ok is cleared) and counts 0; any other row |got - ref|, infinite
+// when got is NaN. lse: the host copy of a (batch, heads, rows) fp32 tensor with view lv's strides.
+inline double lse_row_error(const TensorView& lv, const std::vector<float>& lse, int b, int h, int i,
+                            double ref, bool* masked_ok) {
+  const double got = lse[b * lv.stride[0] + h * lv.stride[1] + i * lv.stride[2]];
+  if (std::isinf(ref)) {
+    *masked_ok = *masked_ok && std::isinf(got) && got < 0;
+    return 0.0;
+  }
+  const double err = std::fabs(got - ref);
+  return std::isnan(err) ? INFINITY : err;
+}
 
 // Median time in ms of `iters` launches after `warmup` launches, with L2 flushed before each
 // timed launch (CUDA events around the launch alone; the GPU is kept busy before the start event

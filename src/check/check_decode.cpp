@@ -278,15 +278,8 @@ Status run_decode_check(DecodeBuffers& buf, int64_t max_rows, DecodeCheckResult*
         if (std::isinf(ref_lse) && got != 0.0) masked_ok = false;
       }
       if (!hlse.empty()) {
-        const TensorView& lv = buf.lse;
-        const double got = hlse[b * lv.stride[0] + h * lv.stride[1] + i * lv.stride[2]];
-        if (std::isinf(ref_lse)) {
-          masked_ok = masked_ok && std::isinf(got) && got < 0;
-        } else {
-          const double err = std::fabs(got - ref_lse);
-          e.lse = std::isnan(err) ? INFINITY : std::max(e.lse, err);
-          e.lse_base = std::max(e.lse_base, std::fabs(base_lse - ref_lse));
-        }
+        e.lse = std::max(e.lse, lse_row_error(buf.lse, hlse, b, h, i, ref_lse, &masked_ok));
+        if (!std::isinf(ref_lse)) e.lse_base = std::max(e.lse_base, std::fabs(base_lse - ref_lse));
       }
       e.masked += !masked_ok;
     }

@@ -19,6 +19,14 @@ using check::DecodeBuffers;
 using check::DecodeCheckResult;
 using check::DecodeConfig;
 
+// A configuration at the build's first head dim with the given shape (the rest at defaults).
+DecodeConfig small_config(int batch, int heads_q, int heads_kv, int capacity) {
+  DecodeConfig c;
+  c.head_dim = testing::compiled_head_dims()[0];
+  c.batch = batch, c.heads_q = heads_q, c.heads_kv = heads_kv, c.capacity = capacity;
+  return c;
+}
+
 void expect_pass(const DecodeConfig& c, uint64_t seed, int64_t max_rows = 512) {
   DecodeBuffers buf;
   ASSERT_TRUE(buf.allocate(c, seed).ok()) << c.describe();
@@ -93,9 +101,8 @@ TEST(Decode, ForcedSplitCounts) {
 
 TEST(Decode, CacheBatchIdxAndScales) {
   HFA_SKIP_WITHOUT_GPU();
-  DecodeConfig c;
-  c.head_dim = testing::compiled_head_dims()[0];
-  c.batch = 4, c.heads_q = 8, c.heads_kv = 2, c.capacity = 640, c.cache_batch_idx = true;
+  DecodeConfig c = small_config(4, 8, 2, 640);
+  c.cache_batch_idx = true;
   c.seqlen_new = 1;
   expect_pass(c, 7);
   for (float scale : {0.f, -0.37f, 2.f}) {
@@ -107,9 +114,7 @@ TEST(Decode, CacheBatchIdxAndScales) {
 
 TEST(Decode, EmptyCachesAndEmptyBatch) {
   HFA_SKIP_WITHOUT_GPU();
-  DecodeConfig c;
-  c.head_dim = testing::compiled_head_dims()[0];
-  c.batch = 3, c.heads_q = 8, c.heads_kv = 8, c.capacity = 64;
+  DecodeConfig c = small_config(3, 8, 8, 64);
   c.cache_seqlens = {0, 0, 0};  // no key anywhere: O = 0, LSE = -inf
   expect_pass(c, 9);
   c.num_splits = 4;
@@ -123,9 +128,8 @@ TEST(Decode, EmptyCachesAndEmptyBatch) {
 // seqlen_q = 0 with k_new: the keys are appended, nothing else runs.
 TEST(Decode, AppendOnly) {
   HFA_SKIP_WITHOUT_GPU();
-  DecodeConfig c;
-  c.head_dim = testing::compiled_head_dims()[0];
-  c.batch = 2, c.seqlen_q = 0, c.heads_q = 4, c.heads_kv = 2, c.capacity = 100, c.seqlen_new = 3;
+  DecodeConfig c = small_config(2, 4, 2, 100);
+  c.seqlen_q = 0, c.seqlen_new = 3;
   c.page_size = 16;
   expect_pass(c, 12);
 }
@@ -134,9 +138,8 @@ TEST(Decode, AppendOnly) {
 // (same device pointers) gives what an eager call on the same inputs gives, bit for bit.
 TEST(Decode, GraphReplayEqualsEager) {
   HFA_SKIP_WITHOUT_GPU();
-  DecodeConfig c;
-  c.head_dim = testing::compiled_head_dims()[0];
-  c.batch = 2, c.heads_q = 32, c.heads_kv = 8, c.capacity = 4096, c.page_size = 64;
+  DecodeConfig c = small_config(2, 32, 8, 4096);
+  c.page_size = 64;
   DecodeBuffers buf;
   ASSERT_TRUE(buf.allocate(c, 13).ok());
   const DecodeArgs args = buf.args();
@@ -194,9 +197,8 @@ TEST(Decode, GraphReplayEqualsEager) {
 // Rejected arguments launch nothing: the poisoned output stays poisoned and the cache unchanged.
 TEST(Decode, ErrorsTouchNothing) {
   HFA_SKIP_WITHOUT_GPU();
-  DecodeConfig c;
-  c.head_dim = testing::compiled_head_dims()[0];
-  c.batch = 2, c.heads_q = 8, c.heads_kv = 2, c.capacity = 128, c.seqlen_new = 1;
+  DecodeConfig c = small_config(2, 8, 2, 128);
+  c.seqlen_new = 1;
   DecodeBuffers buf;
   ASSERT_TRUE(buf.allocate(c, 14).ok());
   std::vector<uint8_t> cache_before(buf.k_cache.numel() * 2), cache_after(cache_before.size());

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# ncu profiles behind the WORKLOG's analyses, clocks left alone (--clock-control none: device
+# METHOD.md). Usage: scripts/ncu_profile.sh decode|fp8
+#   decode: flash decode's kernels (32 query / 8 KV heads, d = 128, one new token) at batch 1 x 8k
+#           keys (split + combine), batch 1 x 64k (one wave of long splits) and batch 64 x 16k (no
+#           split, two waves) -> $OUT/ncu-decode.txt ("Flash decode", second pass)
+#   fp8:    k7 and FlashAttention-3's FP8 forward on one problem (d = 128, s = 16k, 16 heads,
+#           batch 1, non-causal; needs the fa3_fwd wheel in .whl/) -> $OUT/ncu-k7.txt and
+#           $OUT/ncu-fa3.txt (K7, "The profile next to FlashAttention-3's")
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$root/gpu-check-out}
+build=${HFA_BUILD_DIR:-$root/build}
+export LD_LIBRARY_PATH="$build:${LD_LIBRARY_PATH:-}"
+bench="$build/tools/hfa-bench/hfa-bench"
+mkdir -p "$out"
+
+case "${1:-}" in
+  decode)
+    sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
+              --section Occupancy --section LaunchStats)
+    for point in "1 8192" "1 65536" "64 16384"; do
+      set -- $point
+      echo "=== batch $1, seqlen_k $2 ===" >>"$out/ncu-decode.txt"
+      ncu --clock-control none "${sections[@]}" --kernel-name regex:decode --launch-count 2 \
+        "$bench" --decode --batch "$1" --seqlen-k "$2" --iters 1 --warmup 0 >>"$out/ncu-decode.txt" 2>&1
+    done
+    echo "ncu: wrote $out/ncu-decode.txt"
+    ;;
+  fp8)
+    sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats
+              --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy)
+    ncu --clock-control none "${sections[@]}" --kernel-name regex:k7 --launch-count 1 \
+      "$bench" k7 --seqlen 16384 --headdim 128 --batch 1 --heads 16 --iters 1 --warmup 0 \
+      >"$out/ncu-k7.txt" 2>&1
+    for w in "$root"/.whl/*.whl; do
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/hfa-peers "$w"
+    done
+    cat >/tmp/fa3_once.py <<'PY'
+import torch
+from fa3_fwd_interface import flash_attn_func
+q, k, v = ((torch.randn(1, 16384, 16, 128, device="cuda") * 64).to(torch.float8_e4m3fn) for _ in range(3))
+d = [torch.full((1, 16), 1 / 64, device="cuda") for _ in range(3)]
+flash_attn_func(q, k, v, q_descale=d[0], k_descale=d[1], v_descale=d[2])
+torch.cuda.synchronize()
+PY
+    # FA3's kernel is cutlass's device_kernel<...FlashAttnFwdSm90...>: match the demangled name.
+    PYTHONPATH=/tmp/hfa-peers ncu --clock-control none "${sections[@]}" --kernel-name-base demangled \
+      --kernel-name regex:"[Ff]lash" --launch-count 1 python3 /tmp/fa3_once.py >"$out/ncu-fa3.txt" 2>&1
+    echo "ncu: wrote $out/ncu-k7.txt $out/ncu-fa3.txt"
+    ;;
+  *)
+    echo "usage: scripts/ncu_profile.sh decode|fp8" >&2
+    exit 2
+    ;;
+esac
