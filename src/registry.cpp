@@ -19,7 +19,7 @@ const KernelEntry* find_kernel(const std::string& name) {
 }
 
 const std::vector<BackwardKernelEntry>& backward_registry() {
-  static const std::vector<BackwardKernelEntry> entries = {fa2_backward_entry()};
+  static const std::vector<BackwardKernelEntry> entries = {fa2_backward_entry(), bwd_sm90_backward_entry()};
   return entries;
 }
 

@@ -48,6 +48,7 @@ const BackwardKernelEntry* find_backward_kernel(const std::string& name);
 KernelEntry k1_entry();
 KernelEntry fa2_entry();
 BackwardKernelEntry fa2_backward_entry();
+BackwardKernelEntry bwd_sm90_backward_entry();
 KernelEntry k2_entry();
 KernelEntry k3_1_entry();
 KernelEntry k3_2_entry();

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "kernels/common/backward_passes.cuh"
 #include "kernels/sm90/common/fp8_pv.cuh"
 #include "kernels/sm90/common/staged_output.cuh"
 #include "kernels/sm90/common/tma.cuh"
@@ -176,6 +177,32 @@ TEST(Sm90Layouts, StagedOutputOffsetsMatchSw128Rows) {
   expect_staged_offsets_match<64>();
   expect_staged_offsets_match<128>();
   expect_staged_offsets_match<256>();
+}
+
+// The backward's dQ staging (DqStage): the XOR form that bwd_sm90 stores through (one row base per
+// thread, immediates per store) addresses exactly what offset() does, for every row, every column
+// of a fragment's pair (col % 8 even), and rows 8 apart through the + 1024.
+template <int BlockM, int D>
+void expect_dq_stage_forms_match() {
+  using Stage = hfa::DqStage<BlockM>;
+  for (int row = 0; row < BlockM; ++row)
+    for (int col0 = 0; col0 < D; col0 += 32)  // a thread's first column lies in a slab's first 8
+      for (int lane_col = 0; lane_col < 8; lane_col += 2) {
+        const int first = col0 + lane_col;
+        const uint32_t base = Stage::row_base(row % 8 + row / 16 * 16, lane_col) + Stage::byte_offset(0, col0);
+        for (int dcol = 0; first + dcol < D; dcol += 8) {
+          const int col = first + dcol;
+          const uint32_t ref = static_cast<uint32_t>(Stage::offset(row, col)) * 4;
+          ASSERT_EQ(Stage::byte_offset(base, dcol) + (row % 16 / 8) * 1024, ref)
+              << "row " << row << " col " << col;
+        }
+      }
+}
+
+TEST(Sm90Layouts, DqStageXorFormMatchesOffsets) {
+  expect_dq_stage_forms_match<64, 64>();
+  expect_dq_stage_forms_match<64, 128>();
+  expect_dq_stage_forms_match<128, 256>();
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // FA2's registry entries: the forward kernel "fa2" and the backward kernel "fa2", with their
 // support rules, the (dtype, head_dim) dispatch, and the backward's workspace.
+#include "kernels/common/backward_workspace.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/kernel_checks.h"
 #include "kernels/fa2/fa2_shapes.h"
@@ -62,32 +63,11 @@ Status check_backward(const BwdProblem& bp, const DeviceInfo& device) {
   return check_grid_dim(kName, "heads_kv", p.heads_kv);
 }
 
-// Allocates the fp32 workspace on the stream (dQ accumulator and the row statistics
-// (LSE, D = rowsum(dO * O)) on padded rows), runs the three launches, and frees the workspace in
-// stream order.
+// The workspace (backward_workspace.h) around the three launches.
 Status launch_backward(const BwdProblem& problem, const DeviceInfo&, cudaStream_t stream) {
-  BwdProblem bp = problem;
-  const FwdProblem& p = bp.fwd;
-  const size_t rows = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q;
-  bp.row_stats_rows = fa2::row_stats_rows(p.seqlen_q);
-  const size_t accum_bytes = rows * p.head_dim * sizeof(float);
-  const size_t stats_bytes =
-      static_cast<size_t>(p.batch) * p.heads_q * bp.row_stats_rows * 2 * sizeof(float);
-  const size_t turn_bytes =
-      bp.deterministic ? static_cast<size_t>(fa2::dq_turn_count(p.batch, p.heads_q, p.seqlen_q)) * sizeof(int) : 0;
-  void* workspace = nullptr;
-  if (rows > 0)
-    HFA_RETURN_IF_ERROR(cuda_status(cudaMallocAsync(&workspace, accum_bytes + stats_bytes + turn_bytes, stream),
-                                    "fa2 backward: allocating the fp32 dQ workspace"));
-  bp.dq_accum = static_cast<float*>(workspace);
-  bp.row_stats = bp.dq_accum + rows * p.head_dim;
-  bp.dq_turns = turn_bytes ? reinterpret_cast<int*>(bp.row_stats + stats_bytes / sizeof(float)) : nullptr;
-  // (The row-statistics kernel zeroes the dQ accumulator; the turns are zeroed here.)
-  cudaError_t err = turn_bytes ? cudaMemsetAsync(bp.dq_turns, 0, turn_bytes, stream) : cudaSuccess;
-  if (err == cudaSuccess) err = dispatch_dtype_head_dim<Fa2Backward>(bp, p.dtype, p.head_dim, stream);
-  const cudaError_t free_err = workspace ? cudaFreeAsync(workspace, stream) : cudaSuccess;
-  if (err == cudaSuccess) err = free_err;
-  return cuda_status(err, "launching fa2 backward");
+  return with_backward_workspace(problem, stream, kName, [&](const BwdProblem& bp) {
+    return dispatch_dtype_head_dim<Fa2Backward>(bp, bp.fwd.dtype, bp.fwd.head_dim, stream);
+  });
 }
 
 }  // namespace

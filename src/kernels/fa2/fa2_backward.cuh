@@ -1,8 +1,6 @@
 // FA2 backward (FlashAttention-2, Algorithm 2) on mma.sync tensor cores, for sm80 and newer.
-// Three launches:
-//   1. row_stats: D_i = rowsum(dO_i * O_i) in fp32 (the paper's preprocessing step), stored with
-//                LSE_i in base 2 beside it, so that the main kernel copies both with its Q block;
-//                it also zeroes the fp32 dQ accumulator.
+// Three launches (the first and last shared with bwd_sm90: kernels/common/backward_passes.cuh):
+//   1. row_stats: D_i = rowsum(dO_i * O_i) and LSE_i in base 2; zeroes the fp32 dQ accumulator.
 //   2. main:     one CTA per (KV block j, KV head, batch). K_j and V_j stay in shared memory and
 //                dK_j, dV_j in registers while the CTA walks over every Q block i of every query
 //                head that reads this KV head (GQA/MQA: the sum over the group happens on chip,
@@ -37,6 +35,7 @@
 #include <type_traits>
 
 #include "common/problem.h"
+#include "kernels/common/backward_passes.cuh"
 #include "kernels/common/numeric.cuh"
 #include "kernels/common/turns.cuh"
 #include "kernels/fa2/fa2_forward.cuh"
@@ -44,53 +43,6 @@
 #include "kernels/sm90/common/tensor_map.h"
 
 namespace hfa::fa2 {
-
-// ---- 1. Row statistics (LSE * log2 e, D = rowsum(dO * O)) and the zeroed dQ workspace -----------
-// D / 8 lanes per query row, one 16-byte chunk of O and of dO each; the same lanes zero the row's
-// D fp32 of the dQ accumulator (which the main kernel adds into), so that the workspace needs no
-// separate memset pass.
-
-constexpr int kRowStatsThreads = 256;
-
-template <typename T, int D>
-__global__ void __launch_bounds__(kRowStatsThreads) fa2_row_stats_kernel(BwdProblem bp) {
-  const FwdProblem& p = bp.fwd;
-  constexpr int kLanesPerRow = D / kElemsPer16B;  // 8, 16 or 32: a power of two within a warp
-  constexpr int kRowsPerBlock = kRowStatsThreads / kLanesPerRow;
-  static_assert(kLanesPerRow <= 32 && 32 % kLanesPerRow == 0, "a row's lanes lie in one warp");
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kLanesPerRow, h = blockIdx.y,
-            b = blockIdx.z;
-  const int c = threadIdx.x % kLanesPerRow;  // this lane's 16-byte chunk of the row
-  if (row >= bp.row_stats_rows) return;  // a row's lanes return together (as for padding rows)
-  const int64_t bh = static_cast<int64_t>(b) * p.heads_q + h;
-  float2* stats = reinterpret_cast<float2*>(bp.row_stats) + bh * bp.row_stats_rows + row;
-  if (row >= p.seqlen_q) {  // padding: P = 0, so no gradient
-    if (c == 0) *stats = make_float2(INFINITY, 0.f);
-    return;
-  }
-  const T* o = static_cast<const T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
-               row * p.o_row_stride;
-  const T* dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride +
-                  h * bp.do_head_stride + row * bp.do_row_stride;
-  float of[8], df[8];
-  unpack8<T>(*reinterpret_cast<const uint4*>(o + c * kElemsPer16B), of);
-  unpack8<T>(*reinterpret_cast<const uint4*>(dout + c * kElemsPer16B), df);
-  float dot = 0.f;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) dot += of[e] * df[e];
-  float4* accum = reinterpret_cast<float4*>(bp.dq_accum + (bh * p.seqlen_q + row) * D) + 2 * c;
-  accum[0] = accum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-  // The shuffles name only this row's lanes: other rows of the warp may have returned.
-  const unsigned row_lanes = static_cast<unsigned>((uint64_t{1} << kLanesPerRow) - 1)
-                             << (threadIdx.x % 32 / kLanesPerRow * kLanesPerRow);
-#pragma unroll
-  for (int off = kLanesPerRow / 2; off > 0; off /= 2) dot += __shfl_xor_sync(row_lanes, dot, off);
-  if (c == 0) {
-    // A row that saw no key (LSE = -inf) gets +inf as well: P = 0.
-    const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
-    *stats = make_float2(lse == -INFINITY ? INFINITY : lse * kLog2e, dot);
-  }
-}
 
 // ---- 2. The main kernel --------------------------------------------------------------------------
 
@@ -103,13 +55,6 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
   atomicAdd(dst, a);
   atomicAdd(dst + 1, b);
 #endif
-}
-
-// First Q block that sees any key of the KV block starting at k0 (causal block skipping).
-__device__ __forceinline__ int backward_first_q_block(const FwdProblem& p, int k0, int block_m) {
-  if (!p.causal) return 0;
-  const int first_row = k0 - p.causal_offset();  // query i sees key k0 iff i >= k0 - offset
-  return first_row <= 0 ? 0 : first_row / block_m;
 }
 
 // dq_map: the dQ workspace as (D, seqlen_q, batch * heads_q) fp32 with (32, kBlockM) boxes, for
@@ -151,14 +96,9 @@ __global__ void __launch_bounds__(Shape::kThreads)
   constexpr bool kDqStaged = Shape::kDqStaged && sm90::kHasBulkReduce;
   constexpr bool kUnrollK = kDqStaged;
   constexpr int kDqSlabCols = Shape::kDqSlabCols, kDqSlabs = D / kDqSlabCols;
+  static_assert(kDqSlabCols == DqStage<kBlockM>::kSlabCols, "one staged slab per reduction");
   static_assert(kDqSlabs <= Shape::kWarps, "one slab's reduction per warp");
-  // Element (row, col) of the staged dQ block: slab col / 32 of kBlockM rows x 128 bytes, 16-byte
-  // chunk c of row r at chunk c ^ (r % 8) (the tensor map's 128-byte swizzle): the C fragments'
-  // 8-byte stores (8 rows x 4 lanes) then fall on distinct banks.
-  auto dq_stage_offset = [](int row, int col) {
-    return (col / kDqSlabCols) * kBlockM * kDqSlabCols + row * kDqSlabCols +
-           ((col % kDqSlabCols / 4) ^ (row % 8)) * 4 + col % 4;
-  };
+  auto dq_stage_offset = [](int row, int col) { return DqStage<kBlockM>::offset(row, col); };
 
   const int kv_block = kDeterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int k0 = kv_block * kBlockN, hk = blockIdx.y, b = blockIdx.z;
@@ -169,36 +109,17 @@ __global__ void __launch_bounds__(Shape::kThreads)
   const int dq_col_w = (warp / Shape::kSRowWarps) * 8 * kDqTiles;
   const int kv_row_w = 16 * kMT * (warp % Shape::kKVRowWarps);
   const int kv_col_w = (warp / Shape::kKVRowWarps) * 8 * kKVTiles;
-  const int group = p.group_size();
 
   const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride;
   const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride;
-  const int m_begin = backward_first_q_block(p, k0, kBlockM);
-  const int m_count = max(0, ceil_div(p.seqlen_q, kBlockM) - m_begin);
-  const int n_iters = group * m_count;  // (query head of the group, Q block) pairs
-
-  // Iteration it works on query head h and the Q block starting at row q0; the next iteration's
-  // (h, q0) is kept alongside (no integer division per iteration).
-  struct QBlock {
-    int h, q0;
-  };
-  const int q_end = (m_begin + m_count) * kBlockM;
-  auto next_block = [&](QBlock blk) {
-    blk.q0 += kBlockM;
-    if (blk.q0 == q_end) blk.q0 = m_begin * kBlockM, ++blk.h;
-    return blk;
-  };
-  // Deterministic mode: the turn counter of block blk's dQ slab `slot`, and this CTA's turn on it:
-  // last(blk) - kv_block, last(blk) the last KV block that adds to Q block blk (the header).
-  auto my_turn = [&](QBlock blk) {
-    int last = gridDim.x - 1;
-    if (p.causal) last = min(last, (blk.q0 + kBlockM - 1 + p.causal_offset()) / kBlockN);
-    return last - kv_block;
-  };
-  auto dq_turn = [&](QBlock blk, int slot) {
-    const int64_t bh = static_cast<int64_t>(b) * p.heads_q + blk.h;
-    return bp.dq_turns + (bh * dq_turn_blocks(p.seqlen_q) + blk.q0 / kBlockM) * kDqTurnSlots + slot;
-  };
+  const BackwardQBlocks<kBlockM> blocks(p, hk, k0);
+  const int n_iters = blocks.n_iters;  // (query head of the group, Q block) pairs
+  using QBlock = typename BackwardQBlocks<kBlockM>::Block;
+  auto next_block = [&](QBlock blk) { return blocks.next(blk); };
+  // Deterministic mode: this CTA's turn on Q block blk's dQ additions, and their counters.
+  using Turns = DqTurns<kBlockM, kBlockN>;
+  auto my_turn = [&](QBlock blk) { return Turns::turn(p, blk, kv_block, gridDim.x); };
+  auto dq_turn = [&](QBlock blk, int slot) { return Turns::counter(bp, b, blk, slot); };
   // Staged dQ: warp w < kDqSlabs adds slab w of sdQ (block blk's dQ, columns 32w .. 32w + 31) to
   // the workspace with one TMA reduction (rows past seqlen_q lie outside the tensor map: skipped),
   // and later waits for its reads before the barrier after which sdQ is written again.
@@ -250,7 +171,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
   };
   load_rows_async<TileKV, kThreads>(sK, k, p.k_row_stride, k0, p.seqlen_k);
   load_rows_async<TileKV, kThreads>(sV, v, p.v_row_stride, k0, p.seqlen_k);
-  QBlock cur{hk * group, m_begin * kBlockM}, prev = cur;
+  QBlock cur = blocks.first(), prev = cur;
   if (n_iters > 0) load_q_do(cur, 0);
   cp_async_commit();
 
@@ -398,31 +319,6 @@ __global__ void __launch_bounds__(Shape::kThreads)
   store_rows<TileKV, kThreads>(dv_out, bp.dv_row_stride, sdO, k0, p.seqlen_k);
 }
 
-// ---- 3. dQ = scale * dQ_accum, in the output dtype ------------------------------------------------
-
-template <typename T, int D>
-__global__ void fa2_convert_dq_kernel(BwdProblem bp) {
-  const FwdProblem& p = bp.fwd;
-  constexpr int kChunks = D / kElemsPer16B;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t total = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * kChunks;
-  if (idx >= total) return;
-  const int c = static_cast<int>(idx % kChunks);
-  const int64_t row_index = idx / kChunks;  // (b, h, row) flattened
-  const int row = static_cast<int>(row_index % p.seqlen_q);
-  const int h = static_cast<int>((row_index / p.seqlen_q) % p.heads_q);
-  const int b = static_cast<int>(row_index / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
-  const float4* src = reinterpret_cast<const float4*>(bp.dq_accum + row_index * D + c * kElemsPer16B);
-  const float4 lo = src[0], hi = src[1];
-  const float vals[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-  float scaled[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) scaled[e] = vals[e] * p.softmax_scale;
-  T* dq = static_cast<T*>(bp.dq) + b * bp.dq_batch_stride + h * bp.dq_head_stride +
-          row * bp.dq_row_stride + c * kElemsPer16B;
-  *reinterpret_cast<uint4*>(dq) = pack8<T>(scaled);
-}
-
 // Host side: the main kernel in one shape, then the three launches for one (dtype, head_dim), with
 // bp's workspace already allocated and dq_accum zeroed; instantiated in fa2_hdim<D>.cu.
 template <typename T, class Shape>
@@ -444,33 +340,15 @@ cudaError_t launch_backward_shape(const BwdProblem& bp, cudaStream_t stream) {
 
 template <typename T, int D>
 cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream) {
-  const FwdProblem& p = bp.fwd;
-  // seqlen_q == 0 still launches the main kernel (dK = dV = 0); seqlen_k == 0 the convert (dQ = 0).
-  if (p.seqlen_q > 0) {
-    constexpr int kRowsPerBlock = kRowStatsThreads / (D / kElemsPer16B);
-    fa2_row_stats_kernel<T, D>
-        <<<dim3(ceil_div(bp.row_stats_rows, kRowsPerBlock), p.heads_q, p.batch), kRowStatsThreads, 0,
-           stream>>>(bp);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
-  if (p.seqlen_k > 0) {
-    bool small = false;
-    cudaError_t err = cudaSuccess;
+  return launch_backward_passes<T, D>(bp, stream, [&]() -> cudaError_t {
     if constexpr (kHasSmallSmemShape<BwdShape, D>) {
-      err = use_small_smem_shape(BwdShape<D>::kSmemBytes, &small);
-      if (err == cudaSuccess && small) err = launch_backward_shape<T, BwdShape<D, true>>(bp, stream);
+      bool small = false;
+      if (cudaError_t err = use_small_smem_shape(BwdShape<D>::kSmemBytes, &small); err != cudaSuccess)
+        return err;
+      if (small) return launch_backward_shape<T, BwdShape<D, true>>(bp, stream);
     }
-    if (err == cudaSuccess && !small) err = launch_backward_shape<T, BwdShape<D>>(bp, stream);
-    if (err != cudaSuccess) return err;
-  }
-  if (p.seqlen_q > 0) {
-    const int64_t chunks = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * (D / kElemsPer16B);
-    constexpr int kConvertThreads = 256;
-    fa2_convert_dq_kernel<T, D><<<static_cast<unsigned>((chunks + kConvertThreads - 1) / kConvertThreads),
-                                  kConvertThreads, 0, stream>>>(bp);
-    return cudaGetLastError();
-  }
-  return cudaSuccess;
+    return launch_backward_shape<T, BwdShape<D>>(bp, stream);
+  });
 }
 
 }  // namespace hfa::fa2

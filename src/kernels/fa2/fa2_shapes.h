@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/backward_workspace.h"
+
 namespace hfa::fa2 {
 
 // Forward: BlockM = 16 * kMTiles * kWarps query rows per CTA, kBlockN keys per K/V tile; Q has one
@@ -37,24 +39,6 @@ struct FwdShape {
   static constexpr int kMinBlocksPerSm = kWarps == 4 ? 2 : 1;
   static constexpr size_t kSmemBytes = size_t(kBlockM + 2 * kKVStages * kBlockN) * D * 2;
 };
-
-// The backward's row statistics (LSE, D) are stored per (batch, head) with the rows padded to a
-// multiple of every shape's kBlockM: a Q block's statistics are then one in-range 16-byte-aligned
-// copy, and the padded rows hold (LSE = +inf, D = 0), which give P = 0.
-constexpr int kRowStatsAlign = 128;
-constexpr int row_stats_rows(int seqlen_q) {
-  return (seqlen_q + kRowStatsAlign - 1) / kRowStatsAlign * kRowStatsAlign;
-}
-
-// Deterministic backward (BwdProblem::dq_turns): a turn counter per (batch, query head, Q block,
-// dQ slab), laid out for the smallest Q block (64 rows) and the most slabs (d = 256: 8 of 32
-// columns); a shape with larger blocks or fewer slabs uses a prefix of each row of counters.
-constexpr int kDqTurnRows = 64;
-constexpr int kDqTurnSlots = 8;
-constexpr int64_t dq_turn_blocks(int seqlen_q) { return (seqlen_q + kDqTurnRows - 1) / kDqTurnRows; }
-constexpr int64_t dq_turn_count(int batch, int heads_q, int seqlen_q) {
-  return int64_t(batch) * heads_q * dq_turn_blocks(seqlen_q) * kDqTurnSlots;
-}
 
 // Backward: one CTA per (KV block of kBlockN keys, KV head, batch), looping over the Q blocks of
 // kBlockM rows of every query head that shares the KV head; 8 warps, each owning 32 rows (two

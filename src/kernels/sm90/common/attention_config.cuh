@@ -61,9 +61,7 @@ struct AttentionConfig {
   using QLayout = TileLayout<E, kBlockM, D>;
   using KVLayout = TileLayout<E, kBlockN, D>;
   // V^T (D, kBlockN) over V's K-major tile: element (d, n) is V(n, d). GMMA reads it MN-major.
-  using VtLayout = decltype(cute::composition(
-      KVLayout{}, cute::Layout<cute::Shape<cute::Int<D>, cute::Int<kBlockN>>,
-                               cute::Stride<cute::Int<kBlockN>, cute::_1>>{}));
+  using VtLayout = TransposedView<KVLayout, kBlockN, D>;
   using WarpgroupsAlongM = cute::Layout<cute::Shape<cute::Int<ConsumerWarpgroups>, cute::_1, cute::_1>>;
   using MmaQK = decltype(cute::make_tiled_mma(typename QkAtom<E, kBlockN, D>::type{}, WarpgroupsAlongM{}));
   using MmaPV = decltype(cute::make_tiled_mma(

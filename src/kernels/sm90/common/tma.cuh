@@ -26,6 +26,14 @@ using TileLayout = decltype(cute::tile_to_shape(
                        cute::GMMA::Layout_K_SW64_Atom<Element>>{},
     cute::Shape<cute::Int<Rows>, cute::Int<D>>{}));
 
+// The (Cols, Rows) transposed view of a (Rows, Cols) TileLayout tile: element (c, r) is the tile's
+// (r, c). GMMA reads it MN-major: the forward's V^T for O += P V, and in the backward Q^T, dO^T, K^T
+// and dS = (dS^T)^T, each over the K-major tile the TMA (or the softmax) wrote.
+template <class Tile, int Rows, int Cols>
+using TransposedView = decltype(cute::composition(
+    Tile{}, cute::Layout<cute::Shape<cute::Int<Cols>, cute::Int<Rows>>,
+                         cute::Stride<cute::Int<Rows>, cute::_1>>{}));
+
 // Byte addressing of a TileLayout tile of 1-byte elements (Rows x RowBytes), for code that moves
 // it with plain loads and stores (k7's V transpose): the swizzle atom is 8 rows x 128 bytes
 // (RowBytes % 128 == 0; 16-byte chunk c of row r at chunk c ^ (r % 8)) or 8 rows x 64 bytes

@@ -1,0 +1,64 @@
+// bwd_sm90's registry entry: the Hopper backward (WGMMA, TMA, warp specialization), its support
+// rules, the (dtype, head_dim) dispatch, and the workspace it shares with fa2.
+#include "kernels/bwd_sm90/bwd_sm90_launch.h"
+#include "common/status_util.h"
+#include "kernels/common/backward_workspace.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/common/kernel_checks.h"
+#include "kernels/sm90/common/sm90_checks.h"
+
+namespace hfa {
+namespace {
+
+constexpr const char* kName = "bwd_sm90";
+
+struct BwdSm90 {
+  template <typename T, int D>
+  static cudaError_t run(const BwdProblem& p, cudaStream_t s) {
+    if constexpr (bwd_sm90::has_shape(D)) return bwd_sm90::launch_backward<T, D>(p, s);
+    return cudaErrorInvalidValue;  // refused by check() before any launch
+  }
+};
+
+Status check(const BwdProblem& bp, const DeviceInfo& device) {
+  const FwdProblem& p = bp.fwd;
+  const bool has_shape = bwd_sm90::has_shape(p.head_dim);
+  HFA_RETURN_IF_ERROR(sm90::check_kernel(kName, p, device,
+                                         static_cast<long long>(bwd_sm90::smem_bytes(has_shape ? p.head_dim : 128))));
+  if (!has_shape)
+    return make_error(StatusCode::kUnsupported,
+                      "head_dim: kernel \"%s\" has no shape for head_dim %d yet (its dK and dV would "
+                      "not fit a warpgroup's registers); the \"auto\" backward runs fa2 there",
+                      kName, p.head_dim);
+  HFA_RETURN_IF_ERROR(check_16B_operand(kName, "dout", bp.dout, bp.do_batch_stride, bp.do_row_stride, bp.do_head_stride, p.dtype));
+  HFA_RETURN_IF_ERROR(check_16B_operand(kName, "dq", bp.dq, bp.dq_batch_stride, bp.dq_row_stride, bp.dq_head_stride, p.dtype));
+  HFA_RETURN_IF_ERROR(check_16B_operand(kName, "dk", bp.dk, bp.dk_batch_stride, bp.dk_row_stride, bp.dk_head_stride, p.dtype));
+  HFA_RETURN_IF_ERROR(check_16B_operand(kName, "dv", bp.dv, bp.dv_batch_stride, bp.dv_row_stride, bp.dv_head_stride, p.dtype));
+  return check_grid_dim(kName, "heads_kv", p.heads_kv);
+}
+
+Status launch(const BwdProblem& problem, const DeviceInfo&, cudaStream_t stream) {
+  return with_backward_workspace(problem, stream, kName, [&](const BwdProblem& bp) {
+    return dispatch_dtype_head_dim<BwdSm90>(bp, bp.fwd.dtype, bp.fwd.head_dim, stream);
+  });
+}
+
+}  // namespace
+
+BackwardKernelEntry bwd_sm90_backward_entry() {
+  BackwardKernelEntry e;
+  e.name = kName;
+  e.description =
+      "Hopper backward (Algorithm 2) on WGMMA + TMA, warp-specialized: one CTA per 128-key KV "
+      "block, a producer warp streaming Q/dO/LSE/D through an mbarrier ring, two consumer "
+      "warpgroups with dK/dV in registers, S^T/dP^T with the keys as M so that dV += P^T dO and "
+      "dK += dS^T Q take P^T and dS^T from registers, dQ = dS K added in fp32 by TMA reductions";
+  e.supports = "bf16/fp16, head_dim 64 and 128 (d = 256: fa2), causal (block skipping), GQA/MQA, "
+               "deterministic mode; 16-byte aligned pointers and strides; sm90a (H100/H200)";
+  e.auto_priority = 20;
+  e.check = check;
+  e.launch = launch;
+  return e;
+}
+
+}  // namespace hfa

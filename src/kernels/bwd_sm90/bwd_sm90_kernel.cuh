@@ -1,0 +1,374 @@
+// bwd_sm90: the FlashAttention-2 backward (Algorithm 2) built the Hopper way, on WGMMA and TMA
+// with warp specialization. One CTA per (KV block j of 128 keys, KV head, batch):
+//   producer warp   loads K_j and V_j once, then streams Q_i, dO_i and the row statistics
+//                   (LSE_i, D_i) of every Q block i the KV block sees through a 2-stage mbarrier
+//                   ring (TMA; the statistics by a 1-D bulk copy)
+//   2 consumer      each owns 64 of the block's keys: dK and dV (64 x D fp32) stay in its
+//   warpgroups      registers for the whole walk. Per Q block, with the keys as WGMMA's M
+//                   ("swapAB": the GEMMs produce S^T and dP^T, not S and dP):
+//                     S^T = K Q^T, dP^T = V dO^T              SS, K-major operands
+//                     P^T = exp2(S^T * scale * log2 e - LSE2)  dS^T = P^T * (dP^T - D)
+//                     dV += P^T dO, dK += dS^T Q               RS: P^T and dS^T straight from the
+//                                                              registers (K4's handoff), dO and Q
+//                                                              read MN-major
+//                     dS^T -> shared memory (bf16), both warpgroups' halves
+//                     dQ_i = dS K                              SS, both operands MN-major; the
+//                                                              warpgroups split dQ's columns
+//                   and dQ_i (fp32) leaves through shared memory and TMA tensor reductions into
+//                   the fp32 workspace (one per 32-column slab, issued by one thread per
+//                   warpgroup), converted to the output dtype by the post-pass.
+// The pre-pass (D = rowsum(dO * O), LSE in base 2) and the post-pass are fa2's
+// (kernels/common/backward_passes.cuh); causal block skipping and the Q-block walk over the GQA
+// group too. Deterministic mode (a kernel of its own): each slab's reduction waits for its turn
+// (DqTurns, in descending KV-block order) and passes it on once it has completed.
+#pragma once
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "common/problem.h"
+#include "kernels/bwd_sm90/bwd_sm90_launch.h"
+#include "kernels/common/backward_passes.cuh"
+#include "kernels/common/launch.cuh"
+#include "kernels/common/numeric.cuh"
+#include "kernels/common/turns.cuh"
+#include "kernels/sm90/common/attention_config.cuh"
+#include "kernels/sm90/common/bulk_reduce.cuh"
+#include "kernels/sm90/common/element.cuh"
+#include "kernels/sm90/common/pipeline.cuh"
+#include "kernels/sm90/common/staged_output.cuh"
+#include "kernels/sm90/common/tensor_map.h"
+#include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/common/wgmma.cuh"
+
+namespace hfa::bwd_sm90 {
+
+// A producer warpgroup (one thread issues every load) and two consumer warpgroups; setmaxnreg
+// moves registers within the launch's 384 x 168 = 64512: 128 x 24 + 256 x 240.
+constexpr int kThreads = 384;
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= kThreads * 168,
+              "setmaxnreg cannot hand out more registers than the CTA was launched with");
+
+// Named barriers (CUTLASS adds its reserved ids): the dS^T tile complete (both consumer
+// warpgroups), and each warpgroup's dQ staging free / written.
+constexpr int kDsReadyBarrier = 0;
+constexpr int kDqStageBarrier = 1;  // + warpgroup
+
+template <typename T, int D>
+struct BwdConfig {
+  using E = typename sm90::CutlassElement<T>::type;
+  static constexpr int kBlockM = block_m(D), kBlockN = bwd_sm90::kBlockN, kStages = bwd_sm90::kStages;
+  static constexpr int kHeadDim = D;
+  using QLayout = sm90::TileLayout<E, kBlockM, D>;         // Q_i, dO_i (query x d)
+  using KVLayout = sm90::TileLayout<E, kBlockN, D>;        // K_j, V_j (key x d)
+  using DsLayout = sm90::TileLayout<E, kBlockN, kBlockM>;  // dS^T (key x query), as computed
+  using QtLayout = sm90::TransposedView<QLayout, kBlockM, D>;            // (d, query)
+  using KtLayout = sm90::TransposedView<KVLayout, kBlockN, D>;           // (d, key)
+  using DsViewLayout = sm90::TransposedView<DsLayout, kBlockN, kBlockM>; // dS (query, key)
+
+  // The keys are M, 64 per consumer warpgroup, in S^T / dP^T (N = queries, k = d) and in dK / dV
+  // (N = d, k = queries); dQ (M = queries, N = d, k = keys) splits its columns instead.
+  using WarpgroupsAlongM = cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>;
+  using WarpgroupsAlongN = cute::Layout<cute::Shape<cute::_1, cute::_2, cute::_1>>;
+  using MmaSdP = decltype(cute::make_tiled_mma(typename sm90::QkAtom<E, kBlockM, D>::type{},
+                                               WarpgroupsAlongM{}));
+  using MmadKV = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<D>, cute::Int<kBlockM>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      WarpgroupsAlongM{}));
+  using MmadQ = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<D / 2>, cute::Int<kBlockN>>,
+                                 cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
+      WarpgroupsAlongN{}));
+  using Pipeline = sm90::TmaPipeline<kStages>;
+  static constexpr int kDqSlabCols = DqStage<kBlockM>::kSlabCols;
+  static constexpr int kSlabsPerWarpgroup = D / 2 / kDqSlabCols;
+
+  struct SharedStorage {
+    alignas(1024) E k[kBlockN * D];
+    alignas(1024) E v[kBlockN * D];
+    alignas(1024) E q[kStages][kBlockM * D];
+    alignas(1024) E dout[kStages][kBlockM * D];
+    alignas(1024) E ds[2][kBlockN * kBlockM];  // double-buffered: see the dS barrier
+    alignas(1024) float dq[kBlockM * D];       // DqStage slabs, warpgroup w's columns w * D / 2 ...
+    alignas(16) float2 stats[kStages][kBlockM];  // (LSE * log2 e, D) of the stage's rows
+    uint64_t kv_barrier;
+    typename Pipeline::SharedStorage pipeline;
+  };
+  static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
+
+  struct Params {
+    BwdProblem problem;
+    sm90::TileTma<E, kBlockM, D> tma_q, tma_do;
+    sm90::TileTma<E, kBlockN, D> tma_k, tma_v;
+    CUtensorMap dq_map;  // the dQ workspace as (D, seqlen_q, batch * heads_q), (32, kBlockM) boxes
+  };
+};
+
+// The rows of a thread's (rows, cols) accumulator fragment (times `factor`) to global memory in
+// the output dtype, rows at or past row_limit dropped: dst points at row 0, column 0. Adjacent
+// column pairs go out as one 4-byte store.
+template <typename T, class TA, class TC>
+__device__ __forceinline__ void store_fragment_rows(T* dst, int64_t row_stride, const TA& acc_rc,
+                                                    const TC& coord_rc, int row_limit, float factor) {
+  using namespace cute;
+  CUTE_UNROLL
+  for (int r = 0; r < size<0>(acc_rc); ++r) {
+    const int row = get<0>(coord_rc(r, 0));
+    if (row >= row_limit) continue;
+    T* out = dst + row * row_stride;
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(acc_rc); c += 2) {
+      T pair[2] = {from_float<T>(acc_rc(r, c) * factor), from_float<T>(acc_rc(r, c + 1) * factor)};
+      *reinterpret_cast<uint32_t*>(out + get<1>(coord_rc(r, c))) = *reinterpret_cast<uint32_t*>(pair);
+    }
+  }
+}
+
+template <typename T, int D, bool kDeterministic>
+__global__ void __launch_bounds__(kThreads, 1)
+    bwd_sm90_kernel(const __grid_constant__ typename BwdConfig<T, D>::Params params) {
+  using Config = BwdConfig<T, D>;
+  using E = typename Config::E;
+  using Pipeline = typename Config::Pipeline;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+  using namespace cute;
+  auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
+  const BwdProblem& bp = params.problem;
+  const FwdProblem& p = bp.fwd;
+  // Deterministic: KV block j runs on CTA gridDim.x - 1 - j, so that the block whose turn comes
+  // first (the last one) has the lower index and is launched no later (turns.cuh).
+  const int kv_block = kDeterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int k0 = kv_block * kBlockN, hk = blockIdx.y, b = blockIdx.z;
+  const BackwardQBlocks<kBlockM> blocks(p, hk, k0);
+  using QBlock = typename BackwardQBlocks<kBlockM>::Block;
+
+  if (threadIdx.x == 0) {
+    Pipeline::init(ss.pipeline, /*consumer_arrivals=*/256);
+    sm90::OnceBarrier::init(ss.kv_barrier);
+  }
+  __syncthreads();
+
+  if (threadIdx.x < 128) {  // producer
+    cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+    if (threadIdx.x != 0 || blocks.n_iters == 0) return;
+    sm90::OnceBarrier::arm(ss.kv_barrier, 2 * kBlockN * D * sizeof(E));
+    sm90::load_tile<kBlockN, D>(params.tma_k, ss.kv_barrier,
+                                make_tensor(make_smem_ptr(ss.k), typename Config::KVLayout{}),
+                                p.seqlen_k, p.heads_kv, p.batch, hk, b, kv_block);
+    sm90::load_tile<kBlockN, D>(params.tma_v, ss.kv_barrier,
+                                make_tensor(make_smem_ptr(ss.v), typename Config::KVLayout{}),
+                                p.seqlen_k, p.heads_kv, p.batch, hk, b, kv_block);
+    typename Pipeline::State st = Pipeline::producer_start();
+    QBlock blk = blocks.first();
+    for (int it = 0; it < blocks.n_iters; ++it) {
+      constexpr uint32_t kStatBytes = kBlockM * sizeof(float2);
+      Pipeline::producer_acquire(ss.pipeline, st, 2 * kBlockM * D * sizeof(E) + kStatBytes);
+      uint64_t& bar = Pipeline::full_barrier(ss.pipeline, st);
+      const int m_block = blk.q0 / kBlockM;
+      sm90::load_tile<kBlockM, D>(params.tma_q, bar,
+                                  make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QLayout{}),
+                                  p.seqlen_q, p.heads_q, p.batch, blk.h, b, m_block);
+      sm90::load_tile<kBlockM, D>(params.tma_do, bar,
+                                  make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QLayout{}),
+                                  p.seqlen_q, p.heads_q, p.batch, blk.h, b, m_block);
+      // The block's (LSE, D) pairs lie in range by the padding (backward_workspace.h).
+      const float2* stats = reinterpret_cast<const float2*>(bp.row_stats) +
+                            (static_cast<int64_t>(b) * p.heads_q + blk.h) * bp.row_stats_rows + blk.q0;
+      SM90_BULK_COPY_G2S::copy(stats, &bar, ss.stats[st.index], kStatBytes);
+      st.advance();
+      blk = blocks.next(blk);
+    }
+    return;
+  }
+
+  // Consumers.
+  cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+  using NamedBarrier = cutlass::arch::NamedBarrier;
+  const int mma_thread = threadIdx.x - 128;  // 0 .. 255
+  const int warpgroup = mma_thread / 128;
+  const bool wg_leader = mma_thread % 128 == 0;
+  typename Config::MmaSdP mma_sdp;
+  typename Config::MmadKV mma_dkv;
+  typename Config::MmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(mma_thread);
+  auto thr_dkv = mma_dkv.get_thread_slice(mma_thread);
+  auto thr_dq = mma_dq.get_thread_slice(mma_thread);
+
+  Tensor tSrK = thr_sdp.partition_fragment_A(make_tensor(make_smem_ptr(ss.k), typename Config::KVLayout{}));
+  Tensor tSrV = thr_sdp.partition_fragment_A(make_tensor(make_smem_ptr(ss.v), typename Config::KVLayout{}));
+  Tensor tdQrK = thr_dq.partition_fragment_B(make_tensor(make_smem_ptr(ss.k), typename Config::KtLayout{}));
+  Tensor tdV = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<D>>{});
+  Tensor tdK = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<D>>{});
+  clear(tdV);
+  clear(tdK);
+  // (key, query) coordinates of the S^T / dP^T fragments, and (query, d) of dQ's.
+  Tensor c_rc = sm90::as_rowcol(thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{})));
+  Tensor dq_coord_rc = sm90::as_rowcol(thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<D>>{})));
+  // This thread's first dQ row and column, and its staging row base (DqStage's XOR form), its
+  // slab's offset included: dq_col0 = warpgroup * D / 2 + 2 (lane % 4) lies in the first 8
+  // columns of a slab, so a column dq_col0 + dcol has dcol's 8-column group and slab step.
+  const int dq_row0 = get<0>(dq_coord_rc(0, 0)), dq_col0 = get<1>(dq_coord_rc(0, 0));
+  const uint32_t dq_stage = static_cast<uint32_t>(__cvta_generic_to_shared(ss.dq));
+  const uint32_t dq_row_base = DqStage<kBlockM>::row_base(dq_row0, dq_col0 % 8) +
+                               DqStage<kBlockM>::byte_offset(0, dq_col0 - dq_col0 % 8);
+  const float scale_log2 = p.softmax_scale * kBackwardLog2e;
+  const int offset = p.causal_offset();
+
+  if (blocks.n_iters > 0) sm90::OnceBarrier::wait(ss.kv_barrier);
+  typename Pipeline::State st = Pipeline::consumer_start();
+  QBlock blk = blocks.first();
+  for (int it = 0; it < blocks.n_iters; ++it) {
+    Pipeline::consumer_wait(ss.pipeline, st);
+    Tensor tSrQ = thr_sdp.partition_fragment_B(make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QLayout{}));
+    Tensor tSrdO = thr_sdp.partition_fragment_B(make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QLayout{}));
+    Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
+    Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ, tSrS);
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO, tSrdP);
+
+    // P^T while dP^T is still being computed. A key is seen by a query iff it is below the
+    // query's key_limit; only KV blocks that cross the causal diagonal or the end of the keys pay
+    // for the compare. Padded query rows have LSE2 = +inf: P = 0.
+    warpgroup_wait<1>();
+    sm90::fence_after_wait(tSrS);
+    Tensor s_rc = sm90::as_rowcol(tSrS);
+    Tensor dp_rc = sm90::as_rowcol(tSrdP);
+    const float2* stats = ss.stats[st.index];
+    const bool needs_mask = k0 + kBlockN > p.seqlen_k || (p.causal && k0 + kBlockN - 1 > blk.q0 + offset);
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(s_rc); ++c) {
+      const int q = get<1>(c_rc(0, c));
+      const float lse2 = stats[q].x;
+      const int limit = needs_mask ? (p.causal ? min(p.seqlen_k, blk.q0 + q + offset + 1) : p.seqlen_k) - k0
+                                   : kBlockN;
+      CUTE_UNROLL
+      for (int r = 0; r < size<0>(s_rc); ++r) {
+        const float prob = exp2_approx(fmaf(s_rc(r, c), scale_log2, -lse2));
+        s_rc(r, c) = get<0>(c_rc(r, c)) < limit ? prob : 0.f;
+      }
+    }
+    warpgroup_wait<0>();
+    sm90::fence_after_wait(tSrdP);
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(dp_rc); ++c) {
+      const float d_row = stats[get<1>(c_rc(0, c))].y;
+      CUTE_UNROLL
+      for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) = s_rc(r, c) * (dp_rc(r, c) - d_row);
+    }
+    Tensor tdVrP = sm90::acc_to_a_operand<E>(tSrS);
+    Tensor tdKrdS = sm90::acc_to_a_operand<E>(tSrdP);
+
+    // dS^T (key x query) to shared memory for dQ, as K6 stages O (stmatrix into the 128-byte
+    // swizzled tile), each warpgroup its 64 keys.
+    E* ds_tile = ss.ds[it % 2];
+    const float ones[2] = {1.f, 1.f};
+    sm90::stage_output<T, kBlockM>(ds_tile + warpgroup * 64 * kBlockM, dp_rc, ones, mma_thread % 128);
+    cutlass::arch::fence_view_async_shared();  // the stores, before the WGMMA's (async-proxy) reads
+
+    Tensor tdVrdO = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QtLayout{}));
+    Tensor tdKrQ = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QtLayout{}));
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_dkv, tdVrP, tdVrdO, tdV);
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_dkv, tdKrdS, tdKrQ, tdK);
+
+    // dQ_i = dS K_j once both warpgroups' halves of dS^T are in. (A warpgroup writes this buffer
+    // again two blocks later, after the next block's barrier, which the other warpgroup reaches
+    // only once its dQ GEMM of this block has completed.)
+    NamedBarrier::sync(256, kDsReadyBarrier);
+    Tensor tdQrdS = thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ds_tile), typename Config::DsViewLayout{}));
+    Tensor tdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<D>>{});
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrK, tdQ);
+    warpgroup_wait<0>();
+    sm90::fence_after_wait(tdV, tdK, tdQ, tdVrP, tdKrdS);
+    Pipeline::consumer_release(ss.pipeline, st);  // Q_i and dO_i are read
+
+    // dQ_i out: staged (after the previous block's reduction has read the staging), then added to
+    // the workspace by this warpgroup's leader, one TMA reduction per 32-column slab (rows past
+    // seqlen_q lie outside the tensor map: skipped).
+    if (wg_leader) sm90::bulk_wait_read<0>();
+    NamedBarrier::sync(128, kDqStageBarrier + warpgroup);
+    Tensor dq_rc = sm90::as_rowcol(tdQ);
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(dq_rc); ++r)
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(dq_rc); c += 2) {
+        // (row, col) = dq_row0 + 8 r, dq_col0 + (constant): one base, immediates per store.
+        const int dcol = get<1>(dq_coord_rc(r, c)) - dq_col0;
+        const uint32_t addr = dq_stage + DqStage<kBlockM>::byte_offset(dq_row_base, dcol) + r * 1024;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq_rc(r, c)), "f"(dq_rc(r, c + 1)) : "memory");
+      }
+    sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
+    NamedBarrier::sync(128, kDqStageBarrier + warpgroup);
+    if (wg_leader) {
+      CUTE_UNROLL
+      for (int s = 0; s < Config::kSlabsPerWarpgroup; ++s) {
+        const int slab = warpgroup * Config::kSlabsPerWarpgroup + s;
+        int* turn = nullptr;
+        if constexpr (kDeterministic) {
+          turn = DqTurns<kBlockM, kBlockN>::counter(bp, b, blk, slab);
+          wait_for_turn(turn, DqTurns<kBlockM, kBlockN>::turn(p, blk, kv_block, gridDim.x));
+          sm90::fence_proxy_async_global();  // the earlier blocks' sums, before this one's reads
+        }
+        sm90::tensor_reduce_add_f32(&params.dq_map, ss.dq + slab * kBlockM * Config::kDqSlabCols,
+                                    slab * Config::kDqSlabCols, blk.q0, b * p.heads_q + blk.h);
+        sm90::bulk_commit_group();
+        if constexpr (kDeterministic) {
+          sm90::bulk_wait<0>();              // the reduction has completed (written, not just read)
+          sm90::fence_proxy_async_global();  // and comes before the turn is passed
+          pass_turn(turn);
+        }
+      }
+    }
+    st.advance();
+    blk = blocks.next(blk);
+  }
+  if (wg_leader) sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
+
+  // dK = scale * sum dS^T Q and dV to global memory, rows past seqlen_k dropped.
+  Tensor kv_coord_rc = sm90::as_rowcol(thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<D>>{})));
+  T* dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + hk * bp.dk_head_stride + int64_t(k0) * bp.dk_row_stride;
+  T* dv_out = static_cast<T*>(bp.dv) + b * bp.dv_batch_stride + hk * bp.dv_head_stride + int64_t(k0) * bp.dv_row_stride;
+  store_fragment_rows<T>(dk_out, bp.dk_row_stride, sm90::as_rowcol(tdK), kv_coord_rc, p.seqlen_k - k0, p.softmax_scale);
+  store_fragment_rows<T>(dv_out, bp.dv_row_stride, sm90::as_rowcol(tdV), kv_coord_rc, p.seqlen_k - k0, 1.f);
+}
+
+// The main kernel's launch (descriptors, shared memory, one CTA per (KV block, KV head, batch)),
+// between the shared pre- and post-passes.
+template <typename T, int D>
+cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream) {
+  using Config = BwdConfig<T, D>;
+  using E = typename Config::E;
+  static_assert(Config::kSmemBytes <= smem_bytes(D), "bwd_sm90_launch.h's smem_bytes() must bound the kernel's");
+  return launch_backward_passes<T, D>(bp, stream, [&]() -> cudaError_t {
+    const FwdProblem& p = bp.fwd;
+    typename Config::Params params{};
+    params.problem = bp;
+    // With seqlen_q == 0 no Q block is loaded, but the descriptors must still be valid: Q and dO
+    // then get K's shape.
+    const bool no_queries = p.seqlen_q == 0;
+    params.tma_q = no_queries
+        ? sm90::make_tile_tma<E, Config::kBlockM, D>(p.k, p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride)
+        : sm90::make_tile_tma<E, Config::kBlockM, D>(p.q, p.seqlen_q, p.heads_q, p.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
+    params.tma_do = no_queries
+        ? params.tma_q
+        : sm90::make_tile_tma<E, Config::kBlockM, D>(bp.dout, p.seqlen_q, p.heads_q, p.batch, bp.do_row_stride, bp.do_head_stride, bp.do_batch_stride);
+    params.tma_k = sm90::make_tile_tma<E, Config::kBlockN, D>(p.k, p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
+    params.tma_v = sm90::make_tile_tma<E, Config::kBlockN, D>(p.v, p.seqlen_k, p.heads_kv, p.batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
+    if (!no_queries) {
+      if (cudaError_t err = sm90::encode_f32_tensor_map(&params.dq_map, bp.dq_accum, D, p.seqlen_q,
+                                                        static_cast<uint64_t>(p.batch) * p.heads_q,
+                                                        Config::kDqSlabCols, Config::kBlockM);
+          err != cudaSuccess)
+        return err;
+    }
+    auto* kernel = bp.deterministic ? bwd_sm90_kernel<T, D, true> : bwd_sm90_kernel<T, D, false>;
+    const dim3 grid((p.seqlen_k + Config::kBlockN - 1) / Config::kBlockN, p.heads_kv, p.batch);
+    return launch_with_smem(kernel, grid, kThreads, Config::kSmemBytes, stream, params);
+  });
+}
+
+}  // namespace hfa::bwd_sm90

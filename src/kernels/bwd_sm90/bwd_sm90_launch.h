@@ -1,0 +1,36 @@
+// bwd_sm90's host interface and tile shapes (no CuTe), for the registry's checks.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "common/problem.h"
+
+namespace hfa::bwd_sm90 {
+
+// One CTA per (KV block of kBlockN keys, KV head, batch): two consumer warpgroups own 64 keys
+// each (WGMMA's M), and the CTA walks Q blocks of block_m(D) rows (WGMMA's N for S^T and dP^T,
+// its K for dK and dV) through a kStages-deep ring. d = 256 has no shape yet: dK and dV of
+// 64 keys x 256 columns would take 256 of a consumer's 240 registers (FlashAttention-3 runs it
+// with 64-key blocks and dK/dV computed transposed); the "auto" backward uses fa2 there.
+constexpr int kBlockN = 128;
+constexpr int kStages = 2;
+constexpr int block_m(int head_dim) { return head_dim == 64 ? 64 : 64; }
+constexpr bool has_shape(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+// Shared memory of a shape: K and V, kStages x (Q, dO), two dS^T buffers (bf16/fp16), the staged
+// dQ block (fp32), kStages x the row statistics, 1 KB of barriers and 1 KB of alignment slack.
+constexpr size_t smem_bytes(int head_dim) {
+  const size_t m = block_m(head_dim), d = head_dim;
+  return has_shape(head_dim)
+             ? (2 * kBlockN * d + kStages * 2 * m * d + 2 * kBlockN * m) * 2 + m * d * 4 +
+                   kStages * m * 8 + 2048
+             : 0;
+}
+static_assert(smem_bytes(128) <= 232448, "bwd_sm90's d = 128 shape exceeds 227 KB of shared memory");
+
+template <typename T, int D>
+cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream);  // bwd_sm90_hdim<D>.cu
+
+}  // namespace hfa::bwd_sm90

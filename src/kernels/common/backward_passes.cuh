@@ -1,0 +1,197 @@
+// The two passes around every backward kernel's main launch (fa2, bwd_sm90), on the workspace of
+// backward_workspace.h:
+//   pre-pass:  D_i = rowsum(dO_i * O_i) in fp32 (FlashAttention-2's preprocessing step), stored
+//              with LSE_i in base 2 beside it so that a main kernel copies both with its Q block;
+//              it also zeroes the fp32 dQ accumulator;
+//   post-pass: dQ = scale * dQ_accum in the output dtype and strides.
+// And the layout in which the main kernels stage a Q block's dQ in shared memory for the bulk
+// copy engine's reductions (DqStage).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "common/problem.h"
+#include "kernels/common/backward_workspace.h"
+#include "kernels/common/numeric.cuh"
+
+namespace hfa {
+
+constexpr float kBackwardLog2e = 1.4426950408889634f;
+
+// A Q block's dQ (BlockM rows x D fp32) staged in shared memory as slabs of 32 columns (128 bytes
+// a row) x BlockM rows, one per TMA tensor reduction, 128-byte swizzled as the reduction's tensor
+// map says (encode_f32_tensor_map): 16-byte chunk c of row r at chunk c ^ (r % 8). The swizzle
+// puts the C fragments' 8-byte stores (8 rows x 4 lanes) on distinct banks.
+// For code that stores a fragment, the same offset in bytes as (row_base(row, col % 8) ^ the
+// column's 8-column group within its slab, shifted to bits 5-6) + the slab's offset: the XOR
+// touches bits 4-6 only, which the row's other terms leave clear (chunk (2 a + b / 4) ^ (row % 8)
+// for col % 32 = 8 a + b is (b / 4 ^ row % 8) ^ 2 a), so a thread keeps one row base and each
+// store is an XOR and an add of immediates (k6's staged O: precomputed addresses were hoisted
+// and spilled). Rows 8 apart differ by 1024 bytes. Tested against offset() in tests/cpu.
+template <int BlockM>
+struct DqStage {
+  static constexpr int kSlabCols = 32;
+  __host__ __device__ static constexpr int offset(int row, int col) {
+    return (col / kSlabCols) * BlockM * kSlabCols + row * kSlabCols +
+           ((col % kSlabCols / 4) ^ (row % 8)) * 4 + col % 4;
+  }
+  __host__ __device__ static constexpr uint32_t row_base(int row, int col_in_group) {
+    return row * 128 + (((col_in_group / 4) ^ (row % 8)) << 4) + (col_in_group % 4) * 4;
+  }
+  __host__ __device__ static constexpr uint32_t byte_offset(uint32_t row_base, int col) {
+    return (row_base ^ ((col % kSlabCols / 8) << 5)) + (col / kSlabCols) * BlockM * kSlabCols * 4;
+  }
+};
+
+// ---- Pre-pass: row statistics (LSE * log2 e, D = rowsum(dO * O)) and the zeroed dQ workspace ---
+// D / 8 lanes per query row, one 16-byte chunk of O and of dO each; the same lanes zero the row's
+// D fp32 of the dQ accumulator (which the main kernel adds into), so that the workspace needs no
+// separate memset pass.
+
+constexpr int kRowStatsThreads = 256;
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kRowStatsThreads) backward_row_stats_kernel(BwdProblem bp) {
+  const FwdProblem& p = bp.fwd;
+  constexpr int kLanesPerRow = D / kElemsPer16B;  // 8, 16 or 32: a power of two within a warp
+  constexpr int kRowsPerBlock = kRowStatsThreads / kLanesPerRow;
+  static_assert(kLanesPerRow <= 32 && 32 % kLanesPerRow == 0, "a row's lanes lie in one warp");
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kLanesPerRow, h = blockIdx.y,
+            b = blockIdx.z;
+  const int c = threadIdx.x % kLanesPerRow;  // this lane's 16-byte chunk of the row
+  if (row >= bp.row_stats_rows) return;  // a row's lanes return together (as for padding rows)
+  const int64_t bh = static_cast<int64_t>(b) * p.heads_q + h;
+  float2* stats = reinterpret_cast<float2*>(bp.row_stats) + bh * bp.row_stats_rows + row;
+  if (row >= p.seqlen_q) {  // padding: P = 0, so no gradient
+    if (c == 0) *stats = make_float2(INFINITY, 0.f);
+    return;
+  }
+  const T* o = static_cast<const T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
+               row * p.o_row_stride;
+  const T* dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride +
+                  h * bp.do_head_stride + row * bp.do_row_stride;
+  float of[8], df[8];
+  unpack8<T>(*reinterpret_cast<const uint4*>(o + c * kElemsPer16B), of);
+  unpack8<T>(*reinterpret_cast<const uint4*>(dout + c * kElemsPer16B), df);
+  float dot = 0.f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) dot += of[e] * df[e];
+  float4* accum = reinterpret_cast<float4*>(bp.dq_accum + (bh * p.seqlen_q + row) * D) + 2 * c;
+  accum[0] = accum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  // The shuffles name only this row's lanes: other rows of the warp may have returned.
+  const unsigned row_lanes = static_cast<unsigned>((uint64_t{1} << kLanesPerRow) - 1)
+                             << (threadIdx.x % 32 / kLanesPerRow * kLanesPerRow);
+#pragma unroll
+  for (int off = kLanesPerRow / 2; off > 0; off /= 2) dot += __shfl_xor_sync(row_lanes, dot, off);
+  if (c == 0) {
+    // A row that saw no key (LSE = -inf) gets +inf as well: P = 0.
+    const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
+    *stats = make_float2(lse == -INFINITY ? INFINITY : lse * kBackwardLog2e, dot);
+  }
+}
+
+// ---- Post-pass: dQ = scale * dQ_accum, in the output dtype -----------------------------------
+
+template <typename T, int D>
+__global__ void backward_convert_dq_kernel(BwdProblem bp) {
+  const FwdProblem& p = bp.fwd;
+  constexpr int kChunks = D / kElemsPer16B;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t total = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * kChunks;
+  if (idx >= total) return;
+  const int c = static_cast<int>(idx % kChunks);
+  const int64_t row_index = idx / kChunks;  // (b, h, row) flattened
+  const int row = static_cast<int>(row_index % p.seqlen_q);
+  const int h = static_cast<int>((row_index / p.seqlen_q) % p.heads_q);
+  const int b = static_cast<int>(row_index / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+  const float4* src = reinterpret_cast<const float4*>(bp.dq_accum + row_index * D + c * kElemsPer16B);
+  const float4 lo = src[0], hi = src[1];
+  const float vals[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  float scaled[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) scaled[e] = vals[e] * p.softmax_scale;
+  T* dq = static_cast<T*>(bp.dq) + b * bp.dq_batch_stride + h * bp.dq_head_stride +
+          row * bp.dq_row_stride + c * kElemsPer16B;
+  *reinterpret_cast<uint4*>(dq) = pack8<T>(scaled);
+}
+
+// The Q blocks that the CTA of one KV block (first key k0, KV head hk) visits, in order: every
+// Q block of every query head that reads KV head hk (GQA/MQA: the sum over the group happens on
+// chip), skipping under causal masking the Q blocks wholly before the KV block (query i sees key
+// k0 iff i >= k0 - offset). Iteration it works on query head h and the Q block starting at row q0;
+// next() steps without an integer division.
+template <int BlockM>
+struct BackwardQBlocks {
+  struct Block {
+    int h, q0;
+  };
+  int m_begin, n_iters, q_end, h_first;
+
+  __device__ BackwardQBlocks(const FwdProblem& p, int hk, int k0) {
+    const int first_row = p.causal ? k0 - p.causal_offset() : 0;
+    m_begin = first_row <= 0 ? 0 : first_row / BlockM;
+    const int m_count = max(0, (p.seqlen_q + BlockM - 1) / BlockM - m_begin);
+    n_iters = p.group_size() * m_count;
+    q_end = (m_begin + m_count) * BlockM;
+    h_first = hk * p.group_size();
+  }
+  __device__ Block first() const { return Block{h_first, m_begin * BlockM}; }
+  __device__ Block next(Block blk) const {
+    blk.q0 += BlockM;
+    if (blk.q0 == q_end) blk.q0 = m_begin * BlockM, ++blk.h;
+    return blk;
+  }
+};
+
+// Deterministic dQ (BwdProblem::dq_turns, backward_workspace.h): the additions into each Q block
+// (and dQ slab) happen in a fixed order, from the last KV block that adds to it, last(blk), down
+// to 0. counter(): the turn counter of block blk's slab `slot`; turn(): KV block kv_block's turn
+// on it, last(blk) - kv_block. (The blocks adding to Q block blk are exactly 0 .. last(blk): the
+// causal skip drops a prefix of Q blocks only.)
+template <int BlockM, int BlockN>
+struct DqTurns {
+  static_assert(BlockM % kDqTurnRows == 0, "a Q block covers whole turn blocks");
+  __device__ static int* counter(const BwdProblem& bp, int b, typename BackwardQBlocks<BlockM>::Block blk,
+                                 int slot) {
+    const int64_t bh = static_cast<int64_t>(b) * bp.fwd.heads_q + blk.h;
+    return bp.dq_turns + (bh * dq_turn_blocks(bp.fwd.seqlen_q) + blk.q0 / kDqTurnRows) * kDqTurnSlots + slot;
+  }
+  __device__ static int turn(const FwdProblem& p, typename BackwardQBlocks<BlockM>::Block blk,
+                             int kv_block, int n_kv_blocks) {
+    int last = n_kv_blocks - 1;
+    if (p.causal) last = min(last, (blk.q0 + BlockM - 1 + p.causal_offset()) / BlockN);
+    return last - kv_block;
+  }
+};
+
+// The pre-pass, `main` (the main kernel's launch, a callable returning cudaError_t), and the
+// post-pass for one (dtype, head_dim), with bp's workspace allocated (with_backward_workspace).
+// seqlen_q == 0 still runs the main kernel (dK = dV = 0); seqlen_k == 0 does not (the zeroed
+// accumulator converts to dQ = 0).
+template <typename T, int D, class MainLaunch>
+cudaError_t launch_backward_passes(const BwdProblem& bp, cudaStream_t stream, MainLaunch main) {
+  const FwdProblem& p = bp.fwd;
+  if (p.seqlen_q > 0) {
+    constexpr int kRowsPerBlock = kRowStatsThreads / (D / kElemsPer16B);
+    backward_row_stats_kernel<T, D>
+        <<<dim3((bp.row_stats_rows + kRowsPerBlock - 1) / kRowsPerBlock, p.heads_q, p.batch),
+           kRowStatsThreads, 0, stream>>>(bp);
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
+  if (p.seqlen_k > 0) {
+    if (cudaError_t err = main(); err != cudaSuccess) return err;
+  }
+  if (p.seqlen_q > 0) {
+    const int64_t chunks = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * (D / kElemsPer16B);
+    constexpr int kConvertThreads = 256;
+    backward_convert_dq_kernel<T, D>
+        <<<static_cast<unsigned>((chunks + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0,
+           stream>>>(bp);
+    return cudaGetLastError();
+  }
+  return cudaSuccess;
+}
+
+}  // namespace hfa
