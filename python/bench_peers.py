@@ -9,10 +9,11 @@ causal in {0,1}) times, per configuration and interleaved so that clock drift hi
 Writes a table (each hfa kernel's TFLOPS and its ratios to cudnn and torch_flash), JSON in the
 DESIGN.md schema, and PNG plots (TFLOPS vs seqlen, one line per implementation, one panel per
 (d, causal)). With --bwd the same for the backward pass: every implementation's gradients of
-q, k, v through torch.autograd.grad after an untimed forward (hfa's forward kernel is --kernels,
-its backward the library's "auto" backward kernel); TFLOPS = 2.5 x the forward's FLOPs. With
---step a training step: forward and backward through autograd, timed together (JSON kind
-"step"; hfa's "auto" is named "hfa"); TFLOPS = 3.5 x the forward's FLOPs. --deterministic runs
+q, k, v through torch.autograd.grad after an untimed forward (--kernels then names hfa's
+backward kernels, e.g. bwd_sm90,fa2, after the "auto" forward); TFLOPS = 2.5 x the forward's
+FLOPs. With --step a training step: forward and backward through autograd, timed together (JSON
+kind "step"; --kernels names the backward kernel again, and "auto" is named "hfa"); TFLOPS = 3.5 x
+the forward's FLOPs. --deterministic runs
 hfa's backward in its deterministic mode (rows named <kernel>_deterministic).
 
 Timing: CUDA events around each call, L2 flushed before each, the GPU kept busy for ~1 ms before
@@ -138,7 +139,9 @@ def bench_config(c, impls, dtype, timer, kind="fwd", deterministic=False):
             label = hfa_label(impl, kind, deterministic)
 
             def fwd(impl=impl):
-                return hfa.attention(q, k, v, causal=c["causal"], kernel=impl,
+                if kind == "fwd":
+                    return hfa.attention(q, k, v, causal=c["causal"], kernel=impl)
+                return hfa.attention(q, k, v, causal=c["causal"], backward_kernel=impl,
                                      deterministic=deterministic)
         try:
             if kind == "bwd":
@@ -248,7 +251,7 @@ def write_run_json(path, rows):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kernels", default="auto", help="comma-separated hfa kernels (see hfa.list_kernels())")
+    ap.add_argument("--kernels", default="auto", help="comma-separated hfa kernels (see hfa.list_kernels()); with --bwd or --step backward kernels (hfa.list_backward_kernels())")
     ap.add_argument("--peers", default="cudnn,torch_flash,cublas_gemm")
     ap.add_argument("--headdims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")

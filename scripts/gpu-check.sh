@@ -21,7 +21,8 @@
 #     $BWD_KERNELS are sanitized with --bwd too),
 #   PEER_KERNELS (default "k2,k1"), PEER_ARGS (extra bench_peers.py args),
 #   SWEEP_KERNELS (default "k2 k1"), SWEEP_ARGS_<kernel> (extra hfa-bench args for that kernel's sweep),
-#   BWD_KERNELS (default "fa2": backward kernels, swept with --bwd too), PEER_BWD_KERNELS (default "fa2").
+#   BWD_KERNELS (default "fa2 bwd_sm90": backward kernels, swept with --bwd too), PEER_BWD_KERNELS
+#     (default "bwd_sm90,fa2").
 # k1 is timed with 5 iterations: it takes seconds per call at s=16k (materialized S), and 35
 # calls x 36 configurations would not fit a 10-minute device call.
 set -uo pipefail
@@ -33,6 +34,7 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$build:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export HFA_COMMIT=${HFA_COMMIT:-$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 bench="$build/tools/hfa-bench/hfa-bench"
+bwd_only_kernels="bwd_sm90"  # backward kernels with no forward of that name
 summary="$out/summary.txt"
 steps_log="$out/steps.log"
 failed=0
@@ -87,13 +89,15 @@ fi
 if [[ " $steps " == *" sanitize "* ]]; then
   # Small shapes that still cover ragged tiles, seqlen_q != seqlen_k, GQA and causal.
   for tool in memcheck racecheck synccheck; do
-    for kernel in ${SANITIZE_KERNELS:-k1 k2 fa2 k3_1 k3_2 k3_3 k4_qk k4 k5 k6 k6_no_pingpong k6_no_overlap k7 k8}; do
+    for kernel in ${SANITIZE_KERNELS:-k1 k2 fa2 k3_1 k3_2 k3_3 k4_qk k4 k5 k6 k6_no_pingpong k6_no_overlap k7 k8 bwd_sm90}; do
       [ "$kernel" = quantize_fp8 ] && continue  # not a forward kernel: its own step below
       passes=("")
-      [[ " ${BWD_KERNELS:-fa2} " == *" $kernel "* ]] && passes+=("--bwd")
+      [[ " ${BWD_KERNELS:-fa2 bwd_sm90} " == *" $kernel "* ]] && passes+=("--bwd")
+      [[ " $bwd_only_kernels " == *" $kernel "* ]] && passes=("--bwd")
       for d in 64 256; do
-        # 5 stages of d = 256 tiles do not fit shared memory: k3_3 has no d = 256 (it says so).
-        [ "$kernel" = k3_3 ] && [ "$d" = 256 ] && d=128
+        # 5 stages of d = 256 tiles do not fit shared memory: k3_3 has no d = 256 (it says so);
+        # bwd_sm90 has no d = 256 shape (fa2 runs it).
+        [ "$kernel" = k3_3 ] || [ "$kernel" = bwd_sm90 ] && [ "$d" = 256 ] && d=128
         for pass in "${passes[@]}"; do
           # shellcheck disable=SC2086
           step "sanitize-$tool-$kernel-d$d$pass" compute-sanitizer --tool "$tool" --error-exitcode 3 \
@@ -129,15 +133,17 @@ if [[ " $steps " == *" sweep "* ]]; then
   : "${SWEEP_ARGS_k1=--iters 5 --warmup 1}"
   for kernel in ${SWEEP_KERNELS:-k2 k1}; do
     args_var="SWEEP_ARGS_$kernel"
-    step "sweep-$kernel" bash -c "set -o pipefail; '$bench' $kernel --sweep --check ${!args_var:-} \
+    [[ " $bwd_only_kernels " == *" $kernel "* ]] || step "sweep-$kernel" bash -c "set -o pipefail; '$bench' $kernel --sweep --check ${!args_var:-} \
       --json '$out/sweep-$kernel.json' | tee -a '$out/tables.txt'"
-    if [[ " ${BWD_KERNELS:-fa2} " == *" $kernel "* ]]; then
+    if [[ " ${BWD_KERNELS:-fa2 bwd_sm90} " == *" $kernel "* ]]; then
       # The backward: timed over the whole sweep, checked up to s = 4096 (the fp64 CPU backward
       # of s = 16k takes minutes per (batch, KV head) group; two random groups per config).
       step "sweep-bwd-$kernel" bash -c "set -o pipefail; '$bench' $kernel --bwd --sweep \
         --iters 10 --json '$out/sweep-bwd-$kernel.json' | tee -a '$out/tables.txt'"
       for s in 512 2048 4096; do
-        step "check-bwd-$kernel-s$s" bash -c "set -o pipefail; for d in 64 128 256; do \
+        dims="64 128 256"
+        [ "$kernel" = bwd_sm90 ] && dims="64 128"
+        step "check-bwd-$kernel-s$s" bash -c "set -o pipefail; for d in $dims; do \
           for causal in '' --causal; do '$bench' $kernel --bwd --seqlen $s --headdim \$d \$causal \
           --check --check-groups 2 --iters 3 | tee -a '$out/tables.txt' || exit 1; done; done"
       done
@@ -207,7 +213,7 @@ fi
 if [[ " $steps " == *" peers-bwd "* ]]; then
   # shellcheck disable=SC2086
   step peers-bwd bash -c "set -o pipefail; cd /tmp && PYTHONUNBUFFERED=1 python3 '$root/python/bench_peers.py' \
-    --bwd --kernels '${PEER_BWD_KERNELS:-fa2}' --peers cudnn,torch_flash ${PEER_ARGS:-} \
+    --bwd --kernels '${PEER_BWD_KERNELS:-bwd_sm90,fa2}' --peers cudnn,torch_flash ${PEER_ARGS:-} \
     --json '$out/peers-bwd.json' --plot '$out/peers-bwd.png' | tee -a '$out/tables.txt'"
 fi
 

@@ -319,5 +319,8 @@ std::vector<KernelInfo> list_backward_kernels();
 // The kernel "auto" would run for these arguments on the current device, or an error saying why
 // none can (the same validation as forward, without launching anything).
 Status select_kernel(const ForwardArgs& args, std::string* kernel_name);
+// The same for the backward: the kernel BackwardArgs::kernel ("auto": the fastest that takes the
+// problem; on Hopper bwd_sm90, fa2 where it has no shape) would run, or why none can.
+Status select_backward_kernel(const BackwardArgs& args, std::string* kernel_name);
 
 }  // namespace hfa

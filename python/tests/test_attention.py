@@ -207,7 +207,8 @@ def _grads(fn, q, k, v, dout):
 
 
 @pytest.mark.parametrize("case", BWD_CASES, ids=lambda c: "b{b}_sq{sq}_sk{sk}_h{hq}x{hkv}_d{d}_c{causal:d}_{dtype}".format(**c).replace("torch.", ""))
-def test_backward_matches_sdpa_math(case):
+@pytest.mark.parametrize("backward_kernel", ["auto", "fa2", "bwd_sm90"])
+def test_backward_matches_sdpa_math(case, backward_kernel):
     torch.manual_seed(hash(str(case)) % 2**31)
     b, sq, sk, hq, hkv, d = (case[x] for x in ("b", "sq", "sk", "hq", "hkv", "d"))
     dt, causal, scale = case["dtype"], case["causal"], 1 / math.sqrt(case["d"])
@@ -215,7 +216,12 @@ def test_backward_matches_sdpa_math(case):
     k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dt)
     v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dt)
     dout = torch.randn(b, sq, hq, d, device="cuda", dtype=dt)
-    got = _grads(lambda q, k, v: hfa.attention(q, k, v, causal=causal), q, k, v, dout)
+    fn = lambda q, k, v: hfa.attention(q, k, v, causal=causal, backward_kernel=backward_kernel)
+    if backward_kernel == "bwd_sm90" and d == 256:  # no shape there: refused by name
+        with pytest.raises(ValueError, match="head_dim.*bwd_sm90"):
+            _grads(fn, q, k, v, dout)
+        return
+    got = _grads(fn, q, k, v, dout)
     ref = _grads(lambda q, k, v: sdpa_math(q, k, v, causal, scale),
                  q.float(), k.float(), v.float(), dout.float())
     base = _grads(lambda q, k, v: straightforward(q, k, v, causal, scale), q, k, v, dout)
@@ -224,6 +230,15 @@ def test_backward_matches_sdpa_math(case):
         err = (g.float() - r).abs().max().item()
         base_err = (bs.float() - r).abs().max().item()
         assert err <= 2 * base_err + ATOL[dt], f"{name}: err {err:.3e} > 2 * {base_err:.3e} + atol"
+
+
+def test_backward_kernels_listed_and_unknown_refused():
+    names = [k["name"] for k in hfa.list_backward_kernels()]
+    assert "fa2" in names and "bwd_sm90" in names
+    q, k, v = (x.requires_grad_() for x in _qkv())
+    out = hfa.attention(q, k, v, backward_kernel="k6")  # a forward-only kernel
+    with pytest.raises(ValueError, match="unknown backward kernel"):
+        out.float().sum().backward()
 
 
 def test_backward_through_lse_is_an_error():

@@ -17,4 +17,15 @@ Status backward(const BackwardArgs& args, cudaStream_t stream) {
   return kernel->launch(problem, device, stream);
 }
 
+Status select_backward_kernel(const BackwardArgs& args, std::string* kernel_name) {
+  BwdProblem problem;
+  HFA_RETURN_IF_ERROR(normalize_backward(args, &problem));
+  DeviceInfo device;
+  const BackwardKernelEntry* kernel = nullptr;
+  if (args.kernel == "auto" || find_backward_kernel(args.kernel)) HFA_RETURN_IF_ERROR(query_device(&device));
+  HFA_RETURN_IF_ERROR(select_backward_kernel_for(args.kernel, problem, device, &kernel));
+  if (kernel_name) *kernel_name = kernel->name;
+  return Status::Ok();
+}
+
 }  // namespace hfa

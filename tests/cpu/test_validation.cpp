@@ -272,12 +272,28 @@ Status plan_backward(const BackwardArgs& a, const DeviceInfo& device = hopper())
   return select_backward_kernel_for(a.kernel, p, device, &kernel);
 }
 
-TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksFa2) {
+// "auto" runs bwd_sm90 on Hopper, and fa2 where bwd_sm90 has no shape (d = 256) or the GPU is
+// not a Hopper.
+TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
   BwdProblem p;
   ASSERT_TRUE(normalize_backward(valid_backward_args(), &p).ok());
   const BackwardKernelEntry* kernel = nullptr;
   ASSERT_TRUE(select_backward_kernel_for("auto", p, hopper(), &kernel).ok());
+  EXPECT_EQ(kernel->name, "bwd_sm90");
+  DeviceInfo ampere = hopper();
+  ampere.cc_major = 8;
+  ASSERT_TRUE(select_backward_kernel_for("auto", p, ampere, &kernel).ok());
   EXPECT_EQ(kernel->name, "fa2");
+  bool built_256 = false;
+  for (int d : {HFA_HEAD_DIMS_INIT}) built_256 = built_256 || d == 256;
+  if (built_256) {  // (a build without d = 256 refuses it in both kernels: check_head_dim)
+    BwdProblem p256 = p;
+    p256.fwd.head_dim = 256;
+    ASSERT_TRUE(select_backward_kernel_for("auto", p256, hopper(), &kernel).ok());
+    EXPECT_EQ(kernel->name, "fa2");
+    expect_error(select_backward_kernel_for("bwd_sm90", p256, hopper(), &kernel), StatusCode::kUnsupported,
+                 {"head_dim", "bwd_sm90", "256", "fa2"});
+  }
   EXPECT_EQ(p.dq, g_dq);
   EXPECT_EQ(p.dk_row_stride, kHkv * kD);
 }
@@ -372,9 +388,10 @@ TEST(BackwardValidation, EmptyProblemsSucceedWithoutLaunching) {
 
 TEST(Registry, ListsBackwardKernels) {
   const std::vector<KernelInfo> kernels = list_backward_kernels();
-  ASSERT_EQ(kernels.size(), 1u);
+  ASSERT_EQ(kernels.size(), 2u);
   EXPECT_EQ(kernels[0].name, "fa2");
-  EXPECT_FALSE(kernels[0].description.empty());
+  EXPECT_EQ(kernels[1].name, "bwd_sm90");
+  for (const KernelInfo& k : kernels) EXPECT_FALSE(k.description.empty()) << k.name;
 }
 
 }  // namespace

@@ -51,6 +51,24 @@ void prepare_backward_inputs(check::DeviceBuffers& buf, const check::Config& c, 
   ASSERT_TRUE(forward(fwd).ok());
 }
 
+// The head dims `kernel` takes on this GPU (its own check: bwd_sm90 has no d = 256 shape), so
+// that a test over head dims runs the supported ones instead of skipping at the first other.
+std::vector<int> supported_head_dims(const std::string& kernel) {
+  std::vector<int> dims;
+  for (int d : compiled_head_dims()) {
+    check::DeviceBuffers buf;
+    if (!buf.allocate(backward_config({kernel, d, false, DType::kBF16}, {1, 64, 64, 2, 2})).ok()) continue;
+    BackwardArgs a = buf.backward_args();
+    a.kernel = kernel;
+    const Status st = select_backward_kernel(a, nullptr);
+    if (st.ok())
+      dims.push_back(d);
+    else
+      EXPECT_EQ(st.code, StatusCode::kUnsupported) << kernel << " d " << d << ": " << st.message;
+  }
+  return dims;
+}
+
 class BackwardMatrix : public ::testing::TestWithParam<MatrixParam> {};
 
 TEST_P(BackwardMatrix, MatchesReference) {
@@ -111,8 +129,10 @@ TEST_P(BackwardPerKernel, EmptySequencesGiveZeroGradients) {
 // fp32 atomics across KV blocks, so its last bits may differ (it is checked by the rule above).
 TEST_P(BackwardPerKernel, KeyValueGradientsDeterministic) {
   HFA_SKIP_WITHOUT_GPU();
+  const std::vector<int> dims = supported_head_dims(GetParam());
+  if (dims.empty()) GTEST_SKIP() << GetParam() << " takes no compiled head dim here";
   check::Config c = small(300, 333, 4, 2);
-  c.head_dim = compiled_head_dims().back();
+  c.head_dim = dims.back();
   c.batch = 2;
   c.causal = true;
   check::DeviceBuffers buf;
@@ -135,7 +155,9 @@ TEST_P(BackwardPerKernel, DeterministicModeMatchesReference) {
   HFA_SKIP_WITHOUT_GPU();
   const ShapeCase shapes[] = {{2, 300, 333, 4, 2}, {1, 129, 17, 8, 1}, {1, 200, 700, 6, 3}};
   uint64_t seed = 40;
-  for (int d : compiled_head_dims())
+  const std::vector<int> dims = supported_head_dims(GetParam());
+  if (dims.empty()) GTEST_SKIP() << GetParam() << " takes no compiled head dim here";
+  for (int d : dims)
     for (const ShapeCase& s : shapes)
       for (bool causal : {false, true}) {
         check::Config c = backward_config({GetParam(), d, causal, DType::kBF16}, s);
@@ -154,7 +176,9 @@ TEST_P(BackwardPerKernel, DeterministicModeMatchesReference) {
 // others held by check::SmOccupier), where the KV blocks finish in another order.
 TEST_P(BackwardPerKernel, DeterministicModeBitIdenticalOnFewerSms) {
   HFA_SKIP_WITHOUT_GPU();
-  for (int d : compiled_head_dims()) {
+  const std::vector<int> dims = supported_head_dims(GetParam());
+  if (dims.empty()) GTEST_SKIP() << GetParam() << " takes no compiled head dim here";
+  for (int d : dims) {
     check::Config c = small(700, 1300, 16, 4);
     c.head_dim = d;
     c.batch = 2;
@@ -189,6 +213,31 @@ TEST_P(BackwardPerKernel, LongerSequencesGqa) {
     c.batch = 2;
     c.causal = causal;
     expect_backward_pass(c, causal ? 28 : 29, /*max_groups=*/2);
+  }
+}
+
+// select_backward_kernel names what "auto" runs (bwd_sm90 on Hopper where it has a shape, else
+// fa2) and refuses a named kernel that cannot take the problem, as the backward itself does.
+TEST(BackwardSelection, AutoAndNamedKernels) {
+  HFA_SKIP_WITHOUT_GPU();
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  const bool hopper = prop.major == 9 && prop.minor == 0;
+  for (int d : compiled_head_dims()) {
+    check::DeviceBuffers buf;
+    ASSERT_TRUE(buf.allocate(backward_config({"auto", d, false, DType::kBF16}, {1, 64, 64, 2, 2})).ok());
+    BackwardArgs a = buf.backward_args();
+    std::string name;
+    ASSERT_TRUE(select_backward_kernel(a, &name).ok());
+    EXPECT_EQ(name, hopper && d != 256 ? "bwd_sm90" : "fa2") << "d " << d;
+    a.kernel = "bwd_sm90";
+    const Status st = select_backward_kernel(a, &name);
+    if (hopper && d != 256) {
+      EXPECT_TRUE(st.ok()) << st.message;
+    } else {
+      EXPECT_EQ(st.code, StatusCode::kUnsupported) << "d " << d << ": " << st.message;
+      EXPECT_EQ(backward(a).code, StatusCode::kUnsupported);
+    }
   }
 }
 

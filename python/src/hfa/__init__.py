@@ -15,7 +15,7 @@ import torch
 from . import _C  # the compiled binding; loads libhfa.so shipped next to it
 
 __all__ = ["attention", "attention_with_kvcache", "plan_decode", "DecodePlan", "quantize_fp8",
-           "Fp8Inputs", "list_kernels", "select_kernel"]
+           "Fp8Inputs", "list_kernels", "list_backward_kernels", "select_kernel"]
 
 
 def _check_rank(q: torch.Tensor) -> None:
@@ -43,9 +43,10 @@ def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
                    out_dtype: Optional[torch.dtype] = None,
                    q_block_descale: Optional[torch.Tensor] = None,
                    k_block_descale: Optional[torch.Tensor] = None,
-                   deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
-    # deterministic is the backward's (saved for it by _setup_context); the forward is
-    # deterministic anyway.
+                   deterministic: bool = False,
+                   backward_kernel: str = "auto") -> Tuple[torch.Tensor, torch.Tensor]:
+    # deterministic and backward_kernel are the backward's (saved for it by _setup_context); the
+    # forward is deterministic anyway.
     _check_rank(q)
     out = torch.empty(q.shape, dtype=_out_dtype(q, out_dtype), device=q.device)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
@@ -56,7 +57,8 @@ def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
 
 @_attention_fwd.register_fake
 def _(q, k, v, causal, softmax_scale, kernel, q_descale=None, k_descale=None, v_descale=None,
-      out_dtype=None, q_block_descale=None, k_block_descale=None, deterministic=False):
+      out_dtype=None, q_block_descale=None, k_block_descale=None, deterministic=False,
+      backward_kernel="auto"):
     _check_rank(q)
     out = q.new_empty(q.shape, dtype=_out_dtype(q, out_dtype))
     lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
@@ -67,17 +69,18 @@ def _(q, k, v, causal, softmax_scale, kernel, q_descale=None, k_descale=None, v_
 def _attention_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                    dout: torch.Tensor, lse: torch.Tensor, causal: bool,
                    softmax_scale: Optional[float],
-                   deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   deterministic: bool = False,
+                   kernel: str = "auto") -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     # Autograd hands dout in any layout (e.g. expanded, stride 0): the kernel needs head_dim
     # contiguous and 16-byte strides, which a contiguous copy always has.
-    _C.backward(q, k, v, out, dout.contiguous(), lse, dq, dk, dv, causal, softmax_scale, "auto",
+    _C.backward(q, k, v, out, dout.contiguous(), lse, dq, dk, dv, causal, softmax_scale, kernel,
                 deterministic)
     return dq, dk, dv
 
 
 @_attention_bwd.register_fake
-def _(q, k, v, out, dout, lse, causal, softmax_scale, deterministic=False):
+def _(q, k, v, out, dout, lse, causal, softmax_scale, deterministic=False, kernel="auto"):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -87,6 +90,7 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.causal, ctx.softmax_scale = causal, softmax_scale
     ctx.deterministic = inputs[12] if len(inputs) > 12 else False
+    ctx.backward_kernel = inputs[13] if len(inputs) > 13 else "auto"
     ctx.set_materialize_grads(False)  # an unused lse gets no gradient tensor at all
 
 
@@ -96,10 +100,10 @@ def _backward(ctx, dout, dlse):
                                   "supported; use lse only outside the differentiated graph")
     q, k, v, out, lse = ctx.saved_tensors
     if dout is None:
-        return (None,) * 13
+        return (None,) * 14
     dq, dk, dv = torch.ops.hfa.attention_bwd(q, k, v, out, dout, lse, ctx.causal, ctx.softmax_scale,
-                                             ctx.deterministic)
-    return (dq, dk, dv) + (None,) * 10
+                                             ctx.deterministic, ctx.backward_kernel)
+    return (dq, dk, dv) + (None,) * 11
 
 
 _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -112,14 +116,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
               out_dtype: Optional[torch.dtype] = None,
               q_block_descale: Optional[torch.Tensor] = None,
               k_block_descale: Optional[torch.Tensor] = None,
-              deterministic: bool = False):
+              deterministic: bool = False, backward_kernel: str = "auto"):
     """softmax(softmax_scale * q k^T [+ causal mask]) v.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim); bf16,
     fp16 (or float8_e4m3fn: below) CUDA tensors on one device, head_dim contiguous. heads_q must be a multiple of heads_kv
     (GQA/MQA). causal is aligned bottom-right when seqlen_q != seqlen_k. softmax_scale defaults to
-    1/sqrt(head_dim). kernel: a name from list_kernels(), or "auto" (the forward only; the
-    backward always runs the library's "auto" backward kernel). With return_lse, also returns
+    1/sqrt(head_dim). kernel: a name from list_kernels(), or "auto" (the forward);
+    backward_kernel: a name from list_backward_kernels(), or "auto" (bwd_sm90 on Hopper, fa2
+    where bwd_sm90 has no shape (head_dim 256) and on other GPUs). With return_lse, also returns
     the fp32 log-sum-exp of each row, shape (batch, heads_q, seqlen_q) (not differentiable).
 
     FP8: q, k, v as torch.float8_e4m3fn with q_descale, k_descale, v_descale, each fp32
@@ -135,7 +140,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     """
     out, lse = torch.ops.hfa.attention_fwd(q, k, v, causal, softmax_scale, kernel, q_descale,
                                            k_descale, v_descale, out_dtype, q_block_descale,
-                                           k_block_descale, deterministic)
+                                           k_block_descale, deterministic, backward_kernel)
     return (out, lse) if return_lse else out
 
 
@@ -284,6 +289,11 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
 def list_kernels() -> List[dict]:
     """Every kernel of the library: name, description, what it supports."""
     return _C.list_kernels()
+
+
+def list_backward_kernels() -> List[dict]:
+    """Every backward kernel (what backward_kernel= accepts): name, description, what it supports."""
+    return _C.list_backward_kernels()
 
 
 def select_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> str:

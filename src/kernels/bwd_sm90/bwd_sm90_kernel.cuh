@@ -252,16 +252,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         s_rc(r, c) = get<0>(c_rc(r, c)) < limit ? prob : 0.f;
       }
     }
+    Tensor tdVrP = sm90::acc_to_a_operand<E>(tSrS);
     warpgroup_wait<0>();
     sm90::fence_after_wait(tSrdP);
+
+    // dV += P^T dO runs on the tensor cores while dS^T is computed, then dK += dS^T Q.
+    Tensor tdVrdO = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QtLayout{}));
+    Tensor tdKrQ = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QtLayout{}));
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_dkv, tdVrP, tdVrdO, tdV);
     CUTE_UNROLL
     for (int c = 0; c < size<1>(dp_rc); ++c) {
       const float d_row = stats[get<1>(c_rc(0, c))].y;
       CUTE_UNROLL
       for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) = s_rc(r, c) * (dp_rc(r, c) - d_row);
     }
-    Tensor tdVrP = sm90::acc_to_a_operand<E>(tSrS);
     Tensor tdKrdS = sm90::acc_to_a_operand<E>(tSrdP);
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_dkv, tdKrdS, tdKrQ, tdK);
 
     // dS^T (key x query) to shared memory for dQ, as K6 stages O (stmatrix into the 128-byte
     // swizzled tile), each warpgroup its 64 keys.
@@ -269,11 +275,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float ones[2] = {1.f, 1.f};
     sm90::stage_output<T, kBlockM>(ds_tile + warpgroup * 64 * kBlockM, dp_rc, ones, mma_thread % 128);
     cutlass::arch::fence_view_async_shared();  // the stores, before the WGMMA's (async-proxy) reads
-
-    Tensor tdVrdO = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QtLayout{}));
-    Tensor tdKrQ = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QtLayout{}));
-    sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_dkv, tdVrP, tdVrdO, tdV);
-    sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_dkv, tdKrdS, tdKrQ, tdK);
 
     // dQ_i = dS K_j once both warpgroups' halves of dS^T are in. (A warpgroup writes this buffer
     // again two blocks later, after the next block's barrier, which the other warpgroup reaches

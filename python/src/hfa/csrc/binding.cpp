@@ -212,9 +212,9 @@ std::string select_kernel(const at::Tensor& q, const at::Tensor& k, const at::Te
   return name;
 }
 
-pybind11::list list_kernels() {
+pybind11::list kernel_list(const std::vector<hfa::KernelInfo>& kernels) {
   pybind11::list out;
-  for (const hfa::KernelInfo& k : hfa::list_kernels()) {
+  for (const hfa::KernelInfo& k : kernels) {
     pybind11::dict d;
     d["name"] = k.name;
     d["description"] = k.description;
@@ -236,5 +236,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("plan_decode", &plan_decode, "decode's (num_splits, workspace bytes) for these shapes");
   m.def("decode", &decode, "flash decode against a KV cache into preallocated out and lse");
   m.def("select_kernel", &select_kernel, "the kernel 'auto' runs for these arguments");
-  m.def("list_kernels", &list_kernels, "every kernel of the library");
+  m.def("list_kernels", [] { return kernel_list(hfa::list_kernels()); }, "every kernel of the library");
+  m.def("list_backward_kernels", [] { return kernel_list(hfa::list_backward_kernels()); },
+        "every backward kernel of the library");
 }
