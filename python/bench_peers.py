@@ -274,7 +274,8 @@ def main():
 
     kernels = [k for k in args.kernels.split(",") if k]
     peers = [p for p in args.peers.split(",") if p]
-    known = {k["name"] for k in hfa.list_kernels()} | {"auto"}
+    listed = hfa.list_kernels() if kind == "fwd" else hfa.list_backward_kernels()
+    known = {k["name"] for k in listed} | {"auto"}
     for k in kernels:
         if k not in known:
             sys.exit(f"bench_peers: unknown hfa kernel {k!r}; available: {sorted(known)}")

@@ -70,17 +70,18 @@ def _attention_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch
                    dout: torch.Tensor, lse: torch.Tensor, causal: bool,
                    softmax_scale: Optional[float],
                    deterministic: bool = False,
-                   kernel: str = "auto") -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   backward_kernel: str = "auto") -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # (Not named "kernel": Inductor's fallback for a custom op takes a "kernel" argument of its own.)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     # Autograd hands dout in any layout (e.g. expanded, stride 0): the kernel needs head_dim
     # contiguous and 16-byte strides, which a contiguous copy always has.
-    _C.backward(q, k, v, out, dout.contiguous(), lse, dq, dk, dv, causal, softmax_scale, kernel,
-                deterministic)
+    _C.backward(q, k, v, out, dout.contiguous(), lse, dq, dk, dv, causal, softmax_scale,
+                backward_kernel, deterministic)
     return dq, dk, dv
 
 
 @_attention_bwd.register_fake
-def _(q, k, v, out, dout, lse, causal, softmax_scale, deterministic=False, kernel="auto"):
+def _(q, k, v, out, dout, lse, causal, softmax_scale, deterministic=False, backward_kernel="auto"):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
