@@ -219,6 +219,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_log2 = p.softmax_scale * kBackwardLog2e;
   const int offset = p.causal_offset();
 
+  // Deterministic: the leader's turns on the slabs it last added, passed once those additions
+  // have completed: right after the issue without the causal mask (every KV block reaches a Q
+  // block at once, so a late pass would delay each next one by a block more, as fa2 measured);
+  // at the next block's additions with it (causal KV blocks arrive a block apart, so the round
+  // trip then overlaps a block's GEMMs instead of stalling the warpgroup).
+  int* pending_turns[Config::kSlabsPerWarpgroup] = {};
+  auto pass_pending_turns = [&] {
+    if constexpr (kDeterministic) {
+      if (pending_turns[0] == nullptr) return;
+      sm90::bulk_wait<0>();              // the additions have completed (written, not just read)
+      sm90::fence_proxy_async_global();  // and come before the turns are passed
+      CUTE_UNROLL
+      for (int s = 0; s < Config::kSlabsPerWarpgroup; ++s) {
+        pass_turn(pending_turns[s]);
+        pending_turns[s] = nullptr;
+      }
+    }
+  };
   if (blocks.n_iters > 0) sm90::OnceBarrier::wait(ss.kv_barrier);
   typename Pipeline::State st = Pipeline::consumer_start();
   QBlock blk = blocks.first();
@@ -305,29 +323,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
     NamedBarrier::sync(128, kDqStageBarrier + warpgroup);
     if (wg_leader) {
+      if (p.causal) pass_pending_turns();  // the previous block's, a block late (below)
       CUTE_UNROLL
       for (int s = 0; s < Config::kSlabsPerWarpgroup; ++s) {
         const int slab = warpgroup * Config::kSlabsPerWarpgroup + s;
-        int* turn = nullptr;
         if constexpr (kDeterministic) {
-          turn = DqTurns<kBlockM, kBlockN>::counter(bp, b, blk, slab);
-          wait_for_turn(turn, DqTurns<kBlockM, kBlockN>::turn(p, blk, kv_block, gridDim.x));
+          pending_turns[s] = DqTurns<kBlockM, kBlockN>::counter(bp, b, blk, slab);
+          wait_for_turn(pending_turns[s], DqTurns<kBlockM, kBlockN>::turn(p, blk, kv_block, gridDim.x));
           sm90::fence_proxy_async_global();  // the earlier blocks' sums, before this one's reads
         }
         sm90::tensor_reduce_add_f32(&params.dq_map, ss.dq + slab * kBlockM * Config::kDqSlabCols,
                                     slab * Config::kDqSlabCols, blk.q0, b * p.heads_q + blk.h);
         sm90::bulk_commit_group();
-        if constexpr (kDeterministic) {
-          sm90::bulk_wait<0>();              // the reduction has completed (written, not just read)
-          sm90::fence_proxy_async_global();  // and comes before the turn is passed
-          pass_turn(turn);
-        }
       }
+      if (!p.causal) pass_pending_turns();
     }
     st.advance();
     blk = blocks.next(blk);
   }
-  if (wg_leader) sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
+  if (wg_leader) {
+    pass_pending_turns();
+    sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
+  }
 
   // dK = scale * sum dS^T Q and dV to global memory, rows past seqlen_k dropped.
   Tensor kv_coord_rc = sm90::as_rowcol(thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<D>>{})));
