@@ -282,7 +282,8 @@ struct BackwardArgs {
   std::optional<float> softmax_scale;
   // Must be what the forward used (same bottom-right alignment).
   bool causal = false;
-  // A name from list_backward_kernels(), or "auto".
+  // A name from list_backward_kernels(), or "auto": bwd_sm90 on Hopper (head_dim 64 and 128),
+  // fa2 at head_dim 256 and on other GPUs.
   std::string kernel = "auto";
   // dq, dk and dv bit-identical from run to run, whatever the number of SMs free for the launch.
   // dk and dv are always so (summed on chip in a fixed order); dq is summed over the KV blocks in
@@ -295,7 +296,8 @@ struct BackwardArgs {
 
 // Runs attention backward on `stream` (asynchronous). The kernel takes a stream-ordered fp32
 // workspace of batch * heads_q * (seqlen_q * head_dim + 2 * seqlen_q rounded up to a multiple of
-// 128) * 4 bytes (cudaMallocAsync, freed on the stream; deterministic adds its turns, above);
+// 128) * 4 bytes, the same for every backward kernel (cudaMallocAsync, freed on the stream;
+// deterministic adds its turns, above);
 // kOutOfMemory if it does not fit. Rows that saw no key (lse = -inf) get no gradient.
 // batch == 0 launches nothing; seqlen_q == 0 gives dk = dv = 0, seqlen_k == 0 gives dq = 0.
 Status backward(const BackwardArgs& args, cudaStream_t stream = nullptr);
