@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # ncu profiles behind the WORKLOG's analyses, clocks left alone (--clock-control none: device
-# METHOD.md). Usage: scripts/ncu_profile.sh decode|fp8
+# METHOD.md). Usage: scripts/ncu_profile.sh decode|fp8|bwd
 #   decode: flash decode's kernels (32 query / 8 KV heads, d = 128, one new token) at batch 1 x 8k
 #           keys (split + combine), batch 1 x 64k (one wave of long splits) and batch 64 x 16k (no
 #           split, two waves) -> $OUT/ncu-decode.txt ("Flash decode", second pass)
 #   fp8:    k7 and FlashAttention-3's FP8 forward on one problem (d = 128, s = 16k, 16 heads,
 #           batch 1, non-causal; needs the fa3_fwd wheel in .whl/) -> $OUT/ncu-k7.txt and
 #           $OUT/ncu-fa3.txt (K7, "The profile next to FlashAttention-3's")
+#   bwd:    bwd_sm90's main kernel and cuDNN's backward (torch SDPA) on one problem (d = 128,
+#           s = 8k, 16 heads, batch 2, non-causal) -> $OUT/ncu-bwd.txt ("bwd_sm90")
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-check-out}
@@ -49,8 +51,30 @@ PY
       --kernel-name regex:"[Ff]lash" --launch-count 1 python3 /tmp/fa3_once.py >"$out/ncu-fa3.txt" 2>&1
     echo "ncu: wrote $out/ncu-k7.txt $out/ncu-fa3.txt"
     ;;
+  bwd)
+    sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats
+              --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy)
+    echo "=== bwd_sm90 ===" >"$out/ncu-bwd.txt"
+    ncu --clock-control none "${sections[@]}" --kernel-name regex:bwd_sm90_kernel --launch-count 1 \
+      "$bench" bwd_sm90 --bwd --seqlen 8192 --headdim 128 --batch 2 --heads 16 --iters 1 --warmup 0 \
+      >>"$out/ncu-bwd.txt" 2>&1
+    cat >/tmp/cudnn_bwd_once.py <<'PY'
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+q, k, v = (torch.randn(2, 16, 8192, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+    F.scaled_dot_product_attention(q, k, v).backward(torch.randn_like(q))
+torch.cuda.synchronize()
+PY
+    # cuDNN's backward kernels are named ...sdpa...bprop... (its forward fprop, not matched).
+    echo "=== cudnn ===" >>"$out/ncu-bwd.txt"
+    ncu --clock-control none "${sections[@]}" --kernel-name regex:"bprop|dgrad|bwd" --launch-count 3 \
+      python3 /tmp/cudnn_bwd_once.py >>"$out/ncu-bwd.txt" 2>&1
+    echo "ncu: wrote $out/ncu-bwd.txt"
+    ;;
   *)
-    echo "usage: scripts/ncu_profile.sh decode|fp8" >&2
+    echo "usage: scripts/ncu_profile.sh decode|fp8|bwd" >&2
     exit 2
     ;;
 esac

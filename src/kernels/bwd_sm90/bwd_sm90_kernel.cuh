@@ -53,9 +53,7 @@ constexpr int kConsumerRegisters = 240;
 static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= kThreads * 168,
               "setmaxnreg cannot hand out more registers than the CTA was launched with");
 
-// Named barriers (CUTLASS adds its reserved ids): the dS^T tile complete (both consumer
-// warpgroups), and each warpgroup's dQ staging free / written.
-constexpr int kDsReadyBarrier = 0;
+// Named barriers (CUTLASS adds its reserved ids): each warpgroup's dQ staging free / written.
 constexpr int kDqStageBarrier = 1;  // + warpgroup
 
 template <typename T, int D>
@@ -97,6 +95,8 @@ struct BwdConfig {
     alignas(1024) float dq[kBlockM * D];       // DqStage slabs, warpgroup w's columns w * D / 2 ...
     alignas(16) float2 stats[kStages][kBlockM];  // (LSE * log2 e, D) of the stage's rows
     uint64_t kv_barrier;
+    uint64_t ds_ready[2];  // both warpgroups' halves of dS^T are in ds[i] (256 arrivals)
+    uint64_t ds_free[2];   // both warpgroups' dQ GEMMs have read ds[i] (256 arrivals)
     typename Pipeline::SharedStorage pipeline;
   };
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
@@ -150,6 +150,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     Pipeline::init(ss.pipeline, /*consumer_arrivals=*/256);
     sm90::OnceBarrier::init(ss.kv_barrier);
+    for (int i = 0; i < 2; ++i) {
+      cutlass::arch::ClusterBarrier::init(&ss.ds_ready[i], 256);
+      cutlass::arch::ClusterBarrier::init(&ss.ds_free[i], 256);
+    }
+    cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
 
@@ -237,23 +242,82 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   };
+  // dQ of Q block i (iteration i), one block late: both warpgroups' halves of dS^T are in buffer
+  // i % 2 (ds_ready); dQ_i = dS K_j; the buffer is free once both have done so (ds_free); dQ_i is
+  // staged (after the previous block's reduction has read the staging) and added to the
+  // workspace by this warpgroup's leader, one TMA reduction per 32-column slab (rows past
+  // seqlen_q lie outside the tensor map: skipped). Its wait also completes the GEMMs issued
+  // before it.
+  auto dq_block = [&](QBlock qb, int i) {
+    const int buf = i % 2;
+    cutlass::arch::ClusterBarrier::wait(&ss.ds_ready[buf], (i / 2) % 2);
+    Tensor tdQrdS = thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ss.ds[buf]), typename Config::DsViewLayout{}));
+    Tensor tdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<D>>{});
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrK, tdQ);
+    warpgroup_wait<0>();
+    sm90::fence_after_wait(tdQ);
+    cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[buf]);
+
+    if (wg_leader) sm90::bulk_wait_read<0>();
+    NamedBarrier::sync(128, kDqStageBarrier + warpgroup);
+    Tensor dq_rc = sm90::as_rowcol(tdQ);
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(dq_rc); ++r)
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(dq_rc); c += 2) {
+        // (row, col) = dq_row0 + 8 r, dq_col0 + (constant): one base, immediates per store.
+        const int dcol = get<1>(dq_coord_rc(r, c)) - dq_col0;
+        const uint32_t addr = dq_stage + DqStage<kBlockM>::byte_offset(dq_row_base, dcol) + r * 1024;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq_rc(r, c)), "f"(dq_rc(r, c + 1)) : "memory");
+      }
+    sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
+    NamedBarrier::sync(128, kDqStageBarrier + warpgroup);
+    if (wg_leader) {
+      if (p.causal) pass_pending_turns();  // the previous block's, a block late (above)
+      CUTE_UNROLL
+      for (int s = 0; s < Config::kSlabsPerWarpgroup; ++s) {
+        const int slab = warpgroup * Config::kSlabsPerWarpgroup + s;
+        if constexpr (kDeterministic) {
+          pending_turns[s] = DqTurns<kBlockM, kBlockN>::counter(bp, b, qb, slab);
+          wait_for_turn(pending_turns[s], DqTurns<kBlockM, kBlockN>::turn(p, qb, kv_block, gridDim.x));
+          sm90::fence_proxy_async_global();  // the earlier blocks' sums, before this one's reads
+        }
+        sm90::tensor_reduce_add_f32(&params.dq_map, ss.dq + slab * kBlockM * Config::kDqSlabCols,
+                                    slab * Config::kDqSlabCols, qb.q0, b * p.heads_q + qb.h);
+        sm90::bulk_commit_group();
+      }
+      if (!p.causal) pass_pending_turns();
+    }
+  };
+
   if (blocks.n_iters > 0) sm90::OnceBarrier::wait(ss.kv_barrier);
   typename Pipeline::State st = Pipeline::consumer_start();
-  QBlock blk = blocks.first();
+  QBlock blk = blocks.first(), prev = blk;
   for (int it = 0; it < blocks.n_iters; ++it) {
     Pipeline::consumer_wait(ss.pipeline, st);
     Tensor tSrQ = thr_sdp.partition_fragment_B(make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QLayout{}));
     Tensor tSrdO = thr_sdp.partition_fragment_B(make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QLayout{}));
     Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
     Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
+    // The previous block's dQ: the two warpgroups meet only through the dS^T buffers, a block
+    // apart, so one's softmax can run during the other's GEMMs (in lockstep, both left the tensor
+    // cores idle at once). At d = 64 its GEMM queues behind S^T and dP^T; at d = 128 it runs
+    // first: S^T, dP^T and dQ in flight together with dK and dV do not fit 240 registers (ptxas
+    // serialized the WGMMAs, C7512, and spilled).
+    constexpr bool kDqBehindSdP = D <= 64;
+    if (!kDqBehindSdP && it > 0) dq_block(prev, it - 1);
     sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ, tSrS);
     sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO, tSrdP);
+    if (kDqBehindSdP && it > 0) {
+      dq_block(prev, it - 1);
+    } else {
+      warpgroup_wait<0>();
+    }
+    sm90::fence_after_wait(tSrS, tSrdP);
 
-    // P^T while dP^T is still being computed. A key is seen by a query iff it is below the
-    // query's key_limit; only KV blocks that cross the causal diagonal or the end of the keys pay
-    // for the compare. Padded query rows have LSE2 = +inf: P = 0.
-    warpgroup_wait<1>();
-    sm90::fence_after_wait(tSrS);
+    // P^T. A key is seen by a query iff it is below the query's key_limit; only KV blocks that
+    // cross the causal diagonal or the end of the keys pay for the compare. Padded query rows
+    // have LSE2 = +inf: P = 0.
     Tensor s_rc = sm90::as_rowcol(tSrS);
     Tensor dp_rc = sm90::as_rowcol(tSrdP);
     const float2* stats = ss.stats[st.index];
@@ -271,8 +335,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     Tensor tdVrP = sm90::acc_to_a_operand<E>(tSrS);
-    warpgroup_wait<0>();
-    sm90::fence_after_wait(tSrdP);
 
     // dV += P^T dO runs on the tensor cores while dS^T is computed, then dK += dS^T Q.
     Tensor tdVrdO = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QtLayout{}));
@@ -288,59 +350,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_dkv, tdKrdS, tdKrQ, tdK);
 
     // dS^T (key x query) to shared memory for dQ, as K6 stages O (stmatrix into the 128-byte
-    // swizzled tile), each warpgroup its 64 keys.
-    E* ds_tile = ss.ds[it % 2];
+    // swizzled tile), each warpgroup its 64 keys, once both warpgroups' dQ GEMMs of two blocks
+    // ago have read the buffer.
+    if (it >= 2) cutlass::arch::ClusterBarrier::wait(&ss.ds_free[it % 2], ((it - 2) / 2) % 2);
     const float ones[2] = {1.f, 1.f};
-    sm90::stage_output<T, kBlockM>(ds_tile + warpgroup * 64 * kBlockM, dp_rc, ones, mma_thread % 128);
+    sm90::stage_output<T, kBlockM>(ss.ds[it % 2] + warpgroup * 64 * kBlockM, dp_rc, ones, mma_thread % 128);
     cutlass::arch::fence_view_async_shared();  // the stores, before the WGMMA's (async-proxy) reads
+    cutlass::arch::ClusterBarrier::arrive(&ss.ds_ready[it % 2]);
 
-    // dQ_i = dS K_j once both warpgroups' halves of dS^T are in. (A warpgroup writes this buffer
-    // again two blocks later, after the next block's barrier, which the other warpgroup reaches
-    // only once its dQ GEMM of this block has completed.)
-    NamedBarrier::sync(256, kDsReadyBarrier);
-    Tensor tdQrdS = thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ds_tile), typename Config::DsViewLayout{}));
-    Tensor tdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<D>>{});
-    sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrK, tdQ);
     warpgroup_wait<0>();
-    sm90::fence_after_wait(tdV, tdK, tdQ, tdVrP, tdKrdS);
+    sm90::fence_after_wait(tdV, tdK, tdVrP, tdKrdS);
     Pipeline::consumer_release(ss.pipeline, st);  // Q_i and dO_i are read
-
-    // dQ_i out: staged (after the previous block's reduction has read the staging), then added to
-    // the workspace by this warpgroup's leader, one TMA reduction per 32-column slab (rows past
-    // seqlen_q lie outside the tensor map: skipped).
-    if (wg_leader) sm90::bulk_wait_read<0>();
-    NamedBarrier::sync(128, kDqStageBarrier + warpgroup);
-    Tensor dq_rc = sm90::as_rowcol(tdQ);
-    CUTE_UNROLL
-    for (int r = 0; r < size<0>(dq_rc); ++r)
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(dq_rc); c += 2) {
-        // (row, col) = dq_row0 + 8 r, dq_col0 + (constant): one base, immediates per store.
-        const int dcol = get<1>(dq_coord_rc(r, c)) - dq_col0;
-        const uint32_t addr = dq_stage + DqStage<kBlockM>::byte_offset(dq_row_base, dcol) + r * 1024;
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq_rc(r, c)), "f"(dq_rc(r, c + 1)) : "memory");
-      }
-    sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
-    NamedBarrier::sync(128, kDqStageBarrier + warpgroup);
-    if (wg_leader) {
-      if (p.causal) pass_pending_turns();  // the previous block's, a block late (below)
-      CUTE_UNROLL
-      for (int s = 0; s < Config::kSlabsPerWarpgroup; ++s) {
-        const int slab = warpgroup * Config::kSlabsPerWarpgroup + s;
-        if constexpr (kDeterministic) {
-          pending_turns[s] = DqTurns<kBlockM, kBlockN>::counter(bp, b, blk, slab);
-          wait_for_turn(pending_turns[s], DqTurns<kBlockM, kBlockN>::turn(p, blk, kv_block, gridDim.x));
-          sm90::fence_proxy_async_global();  // the earlier blocks' sums, before this one's reads
-        }
-        sm90::tensor_reduce_add_f32(&params.dq_map, ss.dq + slab * kBlockM * Config::kDqSlabCols,
-                                    slab * Config::kDqSlabCols, blk.q0, b * p.heads_q + blk.h);
-        sm90::bulk_commit_group();
-      }
-      if (!p.causal) pass_pending_turns();
-    }
     st.advance();
+    prev = blk;
     blk = blocks.next(blk);
   }
+  if (blocks.n_iters > 0) dq_block(prev, blocks.n_iters - 1);
   if (wg_leader) {
     pass_pending_turns();
     sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
