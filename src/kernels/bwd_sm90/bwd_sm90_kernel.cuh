@@ -53,8 +53,9 @@ constexpr int kConsumerRegisters = 240;
 static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= kThreads * 168,
               "setmaxnreg cannot hand out more registers than the CTA was launched with");
 
-// Named barriers (CUTLASS adds its reserved ids): each warpgroup's dQ staging free / written.
-constexpr int kDqStageBarrier = 1;  // + warpgroup
+// Named barriers (CUTLASS adds its reserved ids): each warpgroup's dQ staging free (ids 1, 2) and
+// written (ids 3, 4).
+constexpr int kDqStageBarrier = 1;  // + warpgroup, and + 2 + warpgroup
 
 template <typename T, int D>
 struct BwdConfig {
@@ -271,7 +272,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq_rc(r, c)), "f"(dq_rc(r, c + 1)) : "memory");
       }
     sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
-    NamedBarrier::sync(128, kDqStageBarrier + warpgroup);
+    // Only the leader's warp waits for the staging to be complete; the others go on. (Named
+    // barriers count whole warps: a warp must not split between sync and arrive.)
+    if (mma_thread % 128 < 32) {
+      NamedBarrier::sync(128, kDqStageBarrier + 2 + warpgroup);
+    } else {
+      NamedBarrier::arrive(128, kDqStageBarrier + 2 + warpgroup);
+    }
     if (wg_leader) {
       if (p.causal) pass_pending_turns();  // the previous block's, a block late (above)
       CUTE_UNROLL
