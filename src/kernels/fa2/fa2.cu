@@ -56,11 +56,7 @@ struct Fa2Backward {
 Status check_backward(const BwdProblem& bp, const DeviceInfo& device) {
   const FwdProblem& p = bp.fwd;
   HFA_RETURN_IF_ERROR(check_common(p, device, smem_bytes<BwdSmallestShape>(p.head_dim)));
-  HFA_RETURN_IF_ERROR(check_16B_operand(kName, "dout", bp.dout, bp.do_batch_stride, bp.do_row_stride, bp.do_head_stride, p.dtype));
-  HFA_RETURN_IF_ERROR(check_16B_operand(kName, "dq", bp.dq, bp.dq_batch_stride, bp.dq_row_stride, bp.dq_head_stride, p.dtype));
-  HFA_RETURN_IF_ERROR(check_16B_operand(kName, "dk", bp.dk, bp.dk_batch_stride, bp.dk_row_stride, bp.dk_head_stride, p.dtype));
-  HFA_RETURN_IF_ERROR(check_16B_operand(kName, "dv", bp.dv, bp.dv_batch_stride, bp.dv_row_stride, bp.dv_head_stride, p.dtype));
-  return check_grid_dim(kName, "heads_kv", p.heads_kv);
+  return check_backward_operands(kName, bp);
 }
 
 // The workspace (backward_workspace.h) around the three launches.
