@@ -34,6 +34,9 @@ struct BackwardKernelEntry {
   std::string description;
   std::string supports;
   int auto_priority = 0;
+  // Optional: this problem's priority instead of auto_priority, for a kernel measured slower than
+  // another on some problems (bwd_sm90's deterministic mode at head_dim 64).
+  int (*auto_priority_for)(const BwdProblem& problem) = nullptr;
   Status (*check)(const BwdProblem& problem, const DeviceInfo& device) = nullptr;
   Status (*launch)(const BwdProblem& problem, const DeviceInfo& device, cudaStream_t stream) = nullptr;
 };

@@ -282,8 +282,8 @@ struct BackwardArgs {
   std::optional<float> softmax_scale;
   // Must be what the forward used (same bottom-right alignment).
   bool causal = false;
-  // A name from list_backward_kernels(), or "auto": bwd_sm90 on Hopper (head_dim 64 and 128),
-  // fa2 at head_dim 256 and on other GPUs.
+  // A name from list_backward_kernels(), or "auto": bwd_sm90 on Hopper (head_dim 64 and 128;
+  // deterministic: 128 only), fa2 at head_dim 256, deterministic at 64, and on other GPUs.
   std::string kernel = "auto";
   // dq, dk and dv bit-identical from run to run, whatever the number of SMs free for the launch.
   // dk and dv are always so (summed on chip in a fixed order); dq is summed over the KV blocks in

@@ -326,6 +326,12 @@ Status check_fp8_scales(const KernelEntry& e, const FwdProblem& p) {
 Status check_input_dtype(const BackwardKernelEntry&, const BwdProblem&) { return Status::Ok(); }
 Status check_fp8_scales(const BackwardKernelEntry&, const BwdProblem&) { return Status::Ok(); }
 
+// The priority "auto" gives a kernel for a problem.
+int auto_priority_of(const KernelEntry& e, const FwdProblem&) { return e.auto_priority; }
+int auto_priority_of(const BackwardKernelEntry& e, const BwdProblem& p) {
+  return e.auto_priority_for ? e.auto_priority_for(p) : e.auto_priority;
+}
+
 template <class Entry, class Problem>
 Status check_entry(const Entry& e, const Problem& problem, const DeviceInfo& device) {
   HFA_RETURN_IF_ERROR(check_input_dtype(e, problem));
@@ -339,15 +345,17 @@ Status select_from(const std::vector<Entry>& entries, const char* what, const st
                    const Problem& problem, const DeviceInfo& device, const Entry** kernel) {
   if (name == "auto") {
     const Entry* best = nullptr;
+    int best_priority = 0;
     std::string reasons;
     for (const Entry& e : entries) {
-      if (e.auto_priority <= 0) continue;
+      const int priority = auto_priority_of(e, problem);
+      if (priority <= 0) continue;
       Status st = check_entry(e, problem, device);
       if (!st.ok()) {
         reasons += "\n  " + st.message;
         continue;
       }
-      if (!best || e.auto_priority > best->auto_priority) best = &e;
+      if (!best || priority > best_priority) best = &e, best_priority = priority;
     }
     if (!best)
       return make_error(StatusCode::kUnsupported,

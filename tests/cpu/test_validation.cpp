@@ -284,6 +284,17 @@ TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
   ampere.cc_major = 8;
   ASSERT_TRUE(select_backward_kernel_for("auto", p, ampere, &kernel).ok());
   EXPECT_EQ(kernel->name, "fa2");
+  // Deterministic: fa2 at head_dim 64 (measured faster), bwd_sm90 at 128.
+  for (int d : {64, 128}) {
+    bool built = false;
+    for (int c : {HFA_HEAD_DIMS_INIT}) built = built || c == d;
+    if (!built) continue;
+    BwdProblem det = p;
+    det.fwd.head_dim = d;
+    det.deterministic = true;
+    ASSERT_TRUE(select_backward_kernel_for("auto", det, hopper(), &kernel).ok()) << d;
+    EXPECT_EQ(kernel->name, d == 64 ? "fa2" : "bwd_sm90") << "deterministic, head_dim " << d;
+  }
   bool built_256 = false;
   for (int d : {HFA_HEAD_DIMS_INIT}) built_256 = built_256 || d == 256;
   if (built_256) {  // (a build without d = 256 refuses it in both kernels: check_head_dim)
