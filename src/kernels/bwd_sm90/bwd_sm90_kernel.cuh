@@ -11,16 +11,20 @@
 //                     dV += P^T dO, dK += dS^T Q               RS: P^T and dS^T straight from the
 //                                                              registers (K4's handoff), dO and Q
 //                                                              read MN-major
-//                     dS^T -> shared memory (bf16), both warpgroups' halves
-//                     dQ_i = dS K                              SS, both operands MN-major; the
+//                     dS^T -> shared memory (bf16), both warpgroups' halves, in one of two
+//                     buffers handed over by mbarriers (ds_ready, ds_free)
+//                     dQ_i = dS K, one Q block later           SS, both operands MN-major; the
 //                                                              warpgroups split dQ's columns
+//                   (the warpgroups meet only through those buffers, so they need not run in
+//                   lockstep: one's exponentials can run during the other's GEMMs)
 //                   and dQ_i (fp32) leaves through shared memory and TMA tensor reductions into
 //                   the fp32 workspace (one per 32-column slab, issued by one thread per
 //                   warpgroup), converted to the output dtype by the post-pass.
 // The pre-pass (D = rowsum(dO * O), LSE in base 2) and the post-pass are fa2's
 // (kernels/common/backward_passes.cuh); causal block skipping and the Q-block walk over the GQA
 // group too. Deterministic mode (a kernel of its own): each slab's reduction waits for its turn
-// (DqTurns, in descending KV-block order) and passes it on once it has completed.
+// (DqTurns, in descending KV-block order) and passes it on once it has completed (with the causal
+// mask, at the next block's reductions).
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>
