@@ -96,7 +96,7 @@ struct BwdConfig {
     alignas(1024) E v[kBlockN * D];
     alignas(1024) E q[kStages][kBlockM * D];
     alignas(1024) E dout[kStages][kBlockM * D];
-    alignas(1024) E ds[2][kBlockN * kBlockM];  // double-buffered: see the dS barrier
+    alignas(1024) E ds[2][kBlockN * kBlockM];  // double-buffered: ds_ready / ds_free below
     alignas(1024) float dq[kBlockM * D];       // DqStage slabs, warpgroup w's columns w * D / 2 ...
     alignas(16) float2 stats[kStages][kBlockM];  // (LSE * log2 e, D) of the stage's rows
     uint64_t kv_barrier;
