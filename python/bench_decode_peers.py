@@ -6,8 +6,11 @@ median of --iters):
   - "cudnn" and "torch_flash": torch SDPA with q of length 1 against the whole cache (enable_gqa),
     cuDNN's and the FLASH backend; contiguous caches only (SDPA has no page table);
   - "fa3": FlashAttention-3's flash_attn_with_kvcache (the fa3_fwd wheel) on a contiguous cache,
-    and "fa3_paged" on a paged one (page size 64, shuffled pages), with cache_seqlens.
-GB/s = bytes of K and V read / time. hfa's rows come from hfa-bench --decode --sweep --json in the
+    and "fa3_paged" on a paged one (page size 64, shuffled pages), with cache_seqlens;
+  - "fa3_fp8", "fa3_fp8_paged": the same with an e4m3 cache (FlashAttention-3 takes q in e4m3
+    too, with q/k/v descales); rows "kv_dtype": "e4m3", compared with hfa's e4m3-cache rows
+    (hfa-bench --decode --kv-dtype e4m3; hfa keeps q in bf16).
+GB/s = bytes of K and V read / time (1 byte per element for e4m3). hfa's rows come from hfa-bench --decode --sweep --json in the
 same device call (--merge); the table prints hfa / best(cudnn, fa3) per configuration and the
 geometric mean. No hfa import: this runs with only torch and the wheel.
 
@@ -38,8 +41,8 @@ def decode_sweep():
         yield dict(batch=batch, sk=sk, hq=32, hkv=8, d=256)
 
 
-def kv_bytes(c):
-    return 2 * c["batch"] * c["sk"] * c["hkv"] * c["d"] * 2
+def kv_bytes(c, elem_bytes=2):
+    return 2 * c["batch"] * c["sk"] * c["hkv"] * c["d"] * elem_bytes
 
 
 def sdpa_fn(backend):
@@ -56,29 +59,39 @@ def sdpa_fn(backend):
     return make
 
 
-def fa3_fn(page_size):
+def fa3_fn(page_size, fp8=False):
     def make(c):
         from fa3_fwd_interface import flash_attn_with_kvcache
         b, sk, hkv, d = c["batch"], c["sk"], c["hkv"], c["d"]
-        q = torch.randn(b, 1, c["hq"], d, device="cuda", dtype=torch.bfloat16)
+
+        def tensor(*shape):
+            x = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+            return (x * 64).to(torch.float8_e4m3fn) if fp8 else x
+        q = tensor(b, 1, c["hq"], d)
         seqlens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
         if page_size:
             pages = b * sk // page_size
-            k, v = (torch.randn(pages, page_size, hkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            k, v = (tensor(pages, page_size, hkv, d) for _ in range(2))
             table = torch.randperm(pages, device="cuda", dtype=torch.int32).view(b, sk // page_size)
         else:
-            k, v = (torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            k, v = (tensor(b, sk, hkv, d) for _ in range(2))
             table = None
-        return lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, page_table=table)
+        descales = {}
+        if fp8:
+            descales = {n: torch.full((b, hkv), 1 / 64, device="cuda") for n in ("q_descale", "k_descale", "v_descale")}
+        return lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, page_table=table, **descales)
     return make
 
 
 PEERS = {"cudnn": sdpa_fn(SDPBackend.CUDNN_ATTENTION), "torch_flash": sdpa_fn(SDPBackend.FLASH_ATTENTION),
-         "fa3": fa3_fn(0), "fa3_paged": fa3_fn(64)}
+         "fa3": fa3_fn(0), "fa3_paged": fa3_fn(64), "fa3_fp8": fa3_fn(0, True), "fa3_fp8_paged": fa3_fn(64, True)}
+E4M3_PEERS = ("fa3_fp8", "fa3_fp8_paged")
+# The peers an hfa row is compared with: the best of these, per configuration and cache dtype.
+BEST_OF = {"bf16": ("cudnn", "fa3"), "e4m3": ("fa3_fp8",)}
 
 
 def key(r):
-    return (r["batch"], r["seqlen_k"], r["heads_q"], r["heads_kv"], r["d"])
+    return (r["batch"], r["seqlen_k"], r["heads_q"], r["heads_kv"], r["d"], r.get("kv_dtype", "bf16"))
 
 
 def plot(rows, path):
@@ -100,7 +113,7 @@ def plot(rows, path):
         ax.axhline(3350, color="grey", lw=0.8, ls="--")
     axes[0].set_ylabel("GB/s of K+V (dashed: HBM3 peak)")
     axes[-1].legend(fontsize=7)
-    fig.suptitle("decode, 32 q / 8 kv heads, d = 128, bf16, one new token")
+    fig.suptitle("decode, 32 q / 8 kv heads, d = 128, one new token (e4m3 rows: GB/s of the e4m3 cache)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -117,12 +130,14 @@ def main():
     rows = []
     for c in decode_sweep():
         for name in args.peers.split(","):
-            row = dict(impl=name, kind="decode", dtype="bf16", d=c["d"], causal=False, seqlen_q=1,
-                       seqlen_k=c["sk"], batch=c["batch"], heads_q=c["hq"], heads_kv=c["hkv"],
-                       page_size=64 if name == "fa3_paged" else 0, check=None)
+            fp8 = name in E4M3_PEERS
+            row = dict(impl=name, kind="decode", dtype="e4m3" if fp8 else "bf16", d=c["d"], causal=False,
+                       seqlen_q=1, seqlen_k=c["sk"], batch=c["batch"], heads_q=c["hq"], heads_kv=c["hkv"],
+                       page_size=64 if name.endswith("_paged") else 0, kv_dtype="e4m3" if fp8 else "bf16",
+                       check=None)
             try:
                 ms, iters = timer.median_ms(PEERS[name](c))
-                row.update(ms=ms, gbps=kv_bytes(c) / (ms * 1e-3) / 1e9, iters=iters)
+                row.update(ms=ms, gbps=kv_bytes(c, 1 if fp8 else 2) / (ms * 1e-3) / 1e9, iters=iters)
             except Exception as e:  # a peer that cannot run is reported as such
                 row.update(ms=None, gbps=None, error=str(e).splitlines()[0][:200] if str(e) else repr(e))
             rows.append(row)
@@ -130,14 +145,15 @@ def main():
             print(row, flush=True)
     best = {}
     for r in rows:
-        if r["impl"] in ("cudnn", "fa3") and r.get("gbps"):
+        if r["impl"] in BEST_OF[r.get("kv_dtype", "bf16")] and r.get("gbps"):
             best[key(r)] = max(best.get(key(r), 0), r["gbps"])
     for merge in args.merge:
         hfa_rows = [r for r in json.load(open(merge))["rows"] if r.get("kind") == "decode"]
         rows += hfa_rows
         for impl in sorted({r["impl"] for r in hfa_rows}):
             ratios = []
-            print(f"{impl}: batch, KV length, heads q/kv, d, GB/s, best of cudnn/fa3, ratio")
+            peers = "/".join(BEST_OF[next(r.get("kv_dtype", "bf16") for r in hfa_rows if r["impl"] == impl)])
+            print(f"{impl}: batch, KV length, heads q/kv, d, GB/s, best of {peers}, ratio")
             for r in hfa_rows:
                 if r["impl"] != impl or not r.get("gbps") or key(r) not in best:
                     continue
@@ -146,7 +162,7 @@ def main():
                       f"{r['gbps']:8.1f} {best[key(r)]:8.1f} {ratios[-1]:6.3f}")
             if ratios:
                 geo = math.exp(statistics.fmean(math.log(x) for x in ratios))
-                print(f"{impl} / best(cudnn, fa3): geomean {geo:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
+                print(f"{impl} / best({peers}): geomean {geo:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
     write_run_json(args.json, rows)
     if args.plot:
         plot(rows, args.plot)

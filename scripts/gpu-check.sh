@@ -181,21 +181,25 @@ fi
 
 if [[ " $steps " == *" decode-sanitize "* ]]; then
   # Flash decode's kernels (split, combine, append) through its GPU tests: forced split counts
-  # (empty splits), appended keys, a paged cache, cache_batch_idx.
+  # (empty splits), appended keys, a paged cache, cache_batch_idx; e4m3 caches (conversion).
   for tool in memcheck racecheck synccheck; do
     step "sanitize-$tool-decode" compute-sanitizer --tool "$tool" --error-exitcode 3 \
-      "$build/tests/hfa_gpu_tests" --gtest_filter='Decode.ForcedSplitCounts:Decode.AppendOnly:Decode.CacheBatchIdxAndScales:Decode/DecodeMatrix.MatchesReference/d*_bf16_page16'
+      "$build/tests/hfa_gpu_tests" --gtest_filter='Decode.ForcedSplitCounts:Decode.AppendOnly:Decode.CacheBatchIdxAndScales:Decode/DecodeMatrix.MatchesReference/d*_bf16_page16:Decode/DecodeMatrix.MatchesReference/d*_fp16_page64_e4m3cache'
   done
 fi
 
 if [[ " $steps " == *" decode "* ]]; then
   # hfa-bench's decode sweep (contiguous and page size 64, checked on a batch that fits the host
-  # checker), then cuDNN, torch's FLASH backend and FlashAttention-3 (wheel in .whl/) on it.
+  # checker), bf16 caches and e4m3 ones, then cuDNN, torch's FLASH backend and FlashAttention-3
+  # (wheel in .whl/; its FP8 kvcache path for the e4m3 rows) on it.
   step decode-sweep bash -c "set -o pipefail; '$bench' --decode --sweep --check --page-size 0,64 \
     ${DECODE_ARGS:-} --json '$out/decode.json' | tee -a '$out/tables.txt'"
+  step decode-sweep-e4m3 bash -c "set -o pipefail; '$bench' --decode --sweep --check --page-size 0,64 \
+    --kv-dtype e4m3 ${DECODE_ARGS:-} --json '$out/decode-e4m3.json' | tee -a '$out/tables.txt'"
   install_peer_wheels
   step decode-peers bash -c "set -o pipefail; cd '$root/python' && PYTHONUNBUFFERED=1 python3 \
-    bench_decode_peers.py --merge '$out/decode.json' --json '$out/decode-peers.json' \
+    bench_decode_peers.py --merge '$out/decode.json' '$out/decode-e4m3.json' \
+    --peers cudnn,torch_flash,fa3,fa3_paged,fa3_fp8,fa3_fp8_paged --json '$out/decode-peers.json' \
     --plot '$out/decode.png' | tee -a '$out/tables.txt'"
 fi
 

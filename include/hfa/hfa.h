@@ -196,7 +196,8 @@ struct DecodeArgs {
   // Built for seqlen_q <= 16 (new tokens, speculative decoding); longer queries work but read the
   // cache once per 16 packed rows (seqlen_q x heads_q / heads_kv): use forward() for a prefill.
   TensorView q;
-  // The cache, q's dtype, either
+  // The cache, q's dtype or e4m3 (an FP8 cache: half the bytes to read; needs k_descale and
+  // v_descale, and its values are converted exactly to q's dtype inside the kernel), either
   //   contiguous: (batch_cache, capacity, heads_kv, head_dim): sequence b is k_cache[b] (or
   //     k_cache[cache_batch_idx[b]]); its capacity is the second dimension;
   //   paged (page_table given): (num_pages, page_size, heads_kv, head_dim), page_size a power of
@@ -215,7 +216,7 @@ struct DecodeArgs {
   // Optional int32 (batch), contiguous cache only: sequence b uses cache row cache_batch_idx[b]
   // (device values in [0, batch_cache), not checked).
   TensorView cache_batch_idx;
-  // Optional, both or neither: (batch, seqlen_new, heads_kv, head_dim), q's dtype. Written into
+  // Optional, both or neither: (batch, seqlen_new, heads_kv, head_dim), the cache's dtype. Written into
   // the cache at positions cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 before attending
   // (in place; cache_seqlens itself is not changed: the caller advances it).
   TensorView k_new, v_new;
@@ -224,6 +225,11 @@ struct DecodeArgs {
   // Optional fp32 (batch, heads_q, seqlen_q): natural-log sum of exponentials per query row;
   // -inf (and O = 0) for a row that sees no key.
   TensorView lse;
+  // e4m3 caches only, and then both required: fp32 (batch, heads_kv), any strides. Key j of
+  // sequence b, KV head h stands for k_cache's e4m3 value times k_descale[b][h] (V likewise),
+  // FlashAttention-3's convention for flash_attn_with_kvcache (indexed by the query's batch row b,
+  // also with cache_batch_idx).
+  TensorView k_descale, v_descale;
 
   std::optional<float> softmax_scale;  // default 1 / sqrt(head_dim)
   // Bottom-right causal mask: query i sees key j iff j <= i + n_b - seqlen_q (new token i sees
@@ -244,7 +250,7 @@ struct DecodePlan {
   int batch = 0, seqlen_q = 0, heads_q = 0, heads_kv = 0, head_dim = 0, seqlen_new = 0;
   int64_t capacity = 0;
   bool paged = false;
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16, cache_dtype = DType::kBF16;
   int device = -1, cc = 0;
 };
 

@@ -1,6 +1,6 @@
 """hfa.attention_with_kvcache against SDPA's math backend on the gathered keys of each sequence
 (the tolerance rule of test_attention.py), with contiguous and paged caches, appended keys,
-cache_batch_idx, causal speculative tokens; its error paths, torch.compile, opcheck and a CUDA
+cache_batch_idx, causal speculative tokens, e4m3 caches with descales; its error paths, torch.compile, opcheck and a CUDA
 graph replay."""
 import math
 
@@ -74,6 +74,47 @@ def test_matches_sdpa_math(case):
         assert torch.equal(torch.isneginf(got), ~finite)
         if finite.any():
             assert (got[finite] - ref_lse[finite]).abs().max().item() <= 1e-3
+
+
+@pytest.mark.parametrize("page", [0, 64])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+def test_e4m3_cache_matches_sdpa_math(page, dt):
+    """An e4m3 cache (and appended e4m3 keys) with per-(batch, KV head) descales: the reference
+    attends to the dequantized keys and values in fp64."""
+    b, sq, hq, hkv, d, cap, new = 3, 2, 16, 4, 128, 900, 2
+    gen = torch.Generator(device="cuda").manual_seed(77 + page)
+    kc, vc, table, gather = make_cache(b, cap, hkv, d, dt, page, gen)
+    kc, vc = ((x.float() * 64).to(torch.float8_e4m3fn) for x in (kc, vc))
+    k, v = ((torch.randn(b, new, hkv, d, device="cuda", generator=gen) * 64).to(torch.float8_e4m3fn)
+            for _ in range(2))
+    k_descale, v_descale = ((torch.rand(b, hkv, device="cuda", generator=gen) * 0.5 + 0.75) / 64
+                            for _ in range(2))
+    capacity = table.shape[1] * page if page else cap
+    lens = torch.randint(0, capacity - new + 1, (b,), device="cuda", generator=gen, dtype=torch.int32)
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt, generator=gen)
+    out, lse = hfa.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, page_table=table,
+                                          causal=True, return_lse=True, k_descale=k_descale,
+                                          v_descale=v_descale)
+    assert out.dtype == dt
+    scale = 1 / math.sqrt(d)
+    for i in range(b):
+        n = int(lens[i]) + new
+        raw_k, raw_v = gather(kc, i, n), gather(vc, i, n)
+        assert torch.equal(raw_k[int(lens[i]):].view(torch.uint8), k[i].view(torch.uint8))
+        ki = (raw_k.double() * k_descale[i, :, None].double())[None]
+        vi = (raw_v.double() * v_descale[i, :, None].double())[None]
+        qi = q[i : i + 1]
+        ref = sdpa_math(qi.double(), ki, vi, True, scale)
+        base = straightforward(qi, ki.to(dt), vi.to(dt), True, scale).double()
+        err = (out[i : i + 1].double() - ref).abs().max().item()
+        base_err = (base - ref).abs().max().item()
+        assert err <= 2 * base_err + ATOL[dt], f"sequence {i}: err {err:.3e} > 2 * {base_err:.3e} + atol"
+        ref_lse = reference_lse(qi, ki, True, scale)
+        assert (lse[i : i + 1].double() - ref_lse).abs().max().item() <= 1e-3
+    with pytest.raises(ValueError, match="k_descale"):
+        hfa.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, page_table=table, v_descale=v_descale)
+    with pytest.raises(ValueError, match="only e4m3 caches"):
+        hfa.attention_with_kvcache(q, q, q, cache_seqlens=lens, k_descale=k_descale, v_descale=v_descale)
 
 
 def test_cache_batch_idx_and_plan_reuse():

@@ -60,12 +60,21 @@ Status normalize_decode(const DecodeArgs& a, DecodeProblem* p) {
   HFA_RETURN_IF_ERROR(check_tensor(q, "q", 4, "(batch, seqlen_q, heads_q, head_dim)"));
   if (q.dtype == DType::kE4M3)
     return make_error(StatusCode::kUnsupported,
-                      "q: e4m3 is not supported by decode yet; use bf16 or fp16 caches");
+                      "q: e4m3 queries are not supported by decode; pass q in bf16 or fp16 (the "
+                      "cache may be e4m3, with k_descale and v_descale)");
   if (q.dtype != DType::kBF16 && q.dtype != DType::kFP16)
     return make_error(kInvalid, "q: dtype %s; decode takes bf16 or fp16", to_string(q.dtype));
   HFA_RETURN_IF_ERROR(check_attention_tensor(q, "q", q.dtype));
-  HFA_RETURN_IF_ERROR(check_attention_tensor(a.k_cache, "k_cache", q.dtype));
-  HFA_RETURN_IF_ERROR(check_attention_tensor(a.v_cache, "v_cache", q.dtype));
+  // The cache: q's dtype, or e4m3 (converted to q's dtype in the kernel, with descales).
+  const DType cache_dtype = a.k_cache.dtype;
+  if (cache_dtype != q.dtype && cache_dtype != DType::kE4M3)
+    return make_error(kInvalid, "k_cache: dtype %s; must be q's dtype (%s) or e4m3",
+                      to_string(cache_dtype), to_string(q.dtype));
+  if (a.v_cache.dtype != cache_dtype)
+    return make_error(kInvalid, "v_cache: dtype %s; must be k_cache's dtype %s",
+                      to_string(a.v_cache.dtype), to_string(cache_dtype));
+  HFA_RETURN_IF_ERROR(check_attention_tensor(a.k_cache, "k_cache", cache_dtype));
+  HFA_RETURN_IF_ERROR(check_attention_tensor(a.v_cache, "v_cache", cache_dtype));
   HFA_RETURN_IF_ERROR(check_attention_tensor(a.out, "out", q.dtype));
   const int64_t batch = q.shape[0], seqlen_q = q.shape[1], heads_q = q.shape[2], d = q.shape[3];
   for (int i = 0; i < 4; ++i)
@@ -80,7 +89,7 @@ Status normalize_decode(const DecodeArgs& a, DecodeProblem* p) {
   if (d != 64 && d != 128 && d != 256)
     return make_error(StatusCode::kUnsupported, "q: head_dim %lld; decode supports 64, 128, 256",
                       static_cast<long long>(d));
-  if (flash_decode::smem_bytes(static_cast<int>(d)) == 0)
+  if (flash_decode::smem_bytes(static_cast<int>(d), false) == 0)
     return make_error(StatusCode::kUnsupported, "q: head_dim %lld is not in this build (HFA_HEAD_DIMS = %s)",
                       static_cast<long long>(d), HFA_HEAD_DIMS_STRING);
   const int64_t heads_kv = a.k_cache.shape[2];
@@ -137,8 +146,12 @@ Status normalize_decode(const DecodeArgs& a, DecodeProblem* p) {
   if (given(a.k_new) != given(a.v_new))
     return make_error(kInvalid, "%s: k_new and v_new must be given together", given(a.k_new) ? "v_new" : "k_new");
   if (given(a.k_new)) {
-    HFA_RETURN_IF_ERROR(check_attention_tensor(a.k_new, "k_new", q.dtype));
-    HFA_RETURN_IF_ERROR(check_attention_tensor(a.v_new, "v_new", q.dtype));
+    for (const auto& [t, name] : {std::pair{&a.k_new, "k_new"}, {&a.v_new, "v_new"}})
+      if (t->dtype != cache_dtype)  // appended as they are: no conversion
+        return make_error(kInvalid, "%s: dtype %s; must be the cache's dtype %s", name,
+                          to_string(t->dtype), to_string(cache_dtype));
+    HFA_RETURN_IF_ERROR(check_attention_tensor(a.k_new, "k_new", cache_dtype));
+    HFA_RETURN_IF_ERROR(check_attention_tensor(a.v_new, "v_new", cache_dtype));
     for (int i = 0; i < 4; ++i) {
       const int64_t want = i == 0 ? batch : i == 1 ? a.k_new.shape[1] : i == 2 ? heads_kv : d;
       if (a.k_new.shape[i] != want || a.v_new.shape[i] != a.k_new.shape[i])
@@ -161,6 +174,19 @@ Status normalize_decode(const DecodeArgs& a, DecodeProblem* p) {
                         shape_string(a.lse).c_str(), static_cast<long long>(batch),
                         static_cast<long long>(heads_q), static_cast<long long>(seqlen_q));
   }
+  if (cache_dtype == DType::kE4M3) {
+    HFA_RETURN_IF_ERROR(check_descale_tensor(a.k_descale, "k_descale", "(batch, heads_kv)", {batch, heads_kv}));
+    HFA_RETURN_IF_ERROR(check_descale_tensor(a.v_descale, "v_descale", "(batch, heads_kv)", {batch, heads_kv}));
+    p->k_descale = static_cast<const float*>(a.k_descale.data);
+    p->v_descale = static_cast<const float*>(a.v_descale.data);
+    p->k_descale_batch_stride = a.k_descale.stride[0], p->k_descale_head_stride = a.k_descale.stride[1];
+    p->v_descale_batch_stride = a.v_descale.stride[0], p->v_descale_head_stride = a.v_descale.stride[1];
+  } else {
+    for (const auto& [t, name] : {std::pair{&a.k_descale, "k_descale"}, {&a.v_descale, "v_descale"}})
+      if (given(*t))
+        return make_error(kInvalid, "%s: only e4m3 caches take descale factors; the cache is %s",
+                          name, to_string(cache_dtype));
+  }
   const float scale = a.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(d)));
   if (!std::isfinite(scale))
     return make_error(kInvalid, "softmax_scale: %g; must be finite", static_cast<double>(scale));
@@ -181,6 +207,7 @@ Status normalize_decode(const DecodeArgs& a, DecodeProblem* p) {
   p->k_new = a.k_new.data;
   p->v_new = a.v_new.data;
   p->dtype = q.dtype;
+  p->cache_dtype = cache_dtype;
   p->batch = static_cast<int>(batch);
   p->seqlen_q = static_cast<int>(seqlen_q);
   p->heads_q = static_cast<int>(heads_q);
@@ -205,11 +232,11 @@ Status normalize_decode(const DecodeArgs& a, DecodeProblem* p) {
   return Status::Ok();
 }
 
-Status check_decode_device(const DeviceInfo& device, int head_dim) {
+Status check_decode_device(const DeviceInfo& device, int head_dim, bool fp8_cache) {
   if (device.cc() < 80)
     return make_error(StatusCode::kUnsupported, "decode: needs compute capability 8.0 or newer; "
                       "this GPU is %d.%d", device.cc_major, device.cc_minor);
-  const size_t smem = flash_decode::smem_bytes(head_dim);
+  const size_t smem = flash_decode::smem_bytes(head_dim, fp8_cache);
   if (static_cast<int64_t>(smem) > device.max_smem_per_block_optin)
     return make_error(StatusCode::kUnsupported, "decode: head_dim %d needs %zu bytes of shared "
                       "memory per block; this GPU allows %lld", head_dim, smem,
@@ -218,7 +245,7 @@ Status check_decode_device(const DeviceInfo& device, int head_dim) {
 }
 
 Status plan_decode_for(const DecodeProblem& p, const DeviceInfo& device, DecodePlan* plan) {
-  HFA_RETURN_IF_ERROR(check_decode_device(device, p.head_dim));
+  HFA_RETURN_IF_ERROR(check_decode_device(device, p.head_dim, p.fp8_cache()));
   DecodeProblem sized = p;
   sized.num_splits = p.num_splits > 0 ? p.num_splits : flash_decode::choose_num_splits(p, device.sm_count);
   *plan = DecodePlan{};
@@ -229,6 +256,7 @@ Status plan_decode_for(const DecodeProblem& p, const DeviceInfo& device, DecodeP
   plan->capacity = p.capacity;
   plan->paged = p.paged();
   plan->dtype = p.dtype;
+  plan->cache_dtype = p.cache_dtype;
   plan->device = device.device;
   plan->cc = device.cc();
   return Status::Ok();
@@ -243,6 +271,8 @@ Status check_plan_matches(const DecodeProblem& p, const DecodePlan& plan, int de
                           {"head_dim", plan.head_dim, p.head_dim}, {"seqlen_new", plan.seqlen_new, p.seqlen_new},
                           {"capacity", plan.capacity, p.capacity}, {"paged", plan.paged, p.paged()},
                           {"dtype", static_cast<long long>(plan.dtype), static_cast<long long>(p.dtype)},
+                          {"cache_dtype", static_cast<long long>(plan.cache_dtype),
+                           static_cast<long long>(p.cache_dtype)},
                           {"device", plan.device, device}};
   for (const Field& f : fields)
     if (f.planned != f.now)

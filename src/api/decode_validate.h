@@ -11,8 +11,9 @@ namespace hfa {
 // fills `problem` (num_splits as given: 0 = not chosen yet). Errors name the argument and the rule.
 Status normalize_decode(const DecodeArgs& args, DecodeProblem* problem);
 
-// Whether `device` can run decode at this head dim (compute capability, shared memory).
-Status check_decode_device(const DeviceInfo& device, int head_dim);
+// Whether `device` can run decode at this head dim and cache dtype (compute capability, shared
+// memory).
+Status check_decode_device(const DeviceInfo& device, int head_dim, bool fp8_cache);
 
 // The plan for a normalized problem on `device`: its split count (the problem's, or the
 // heuristic's when 0) and workspace size.

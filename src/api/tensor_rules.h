@@ -2,6 +2,7 @@
 // quantize (validate.cpp) and of decode (validate_decode.cpp). Each error names the argument.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 
 #include "hfa/hfa.h"
@@ -24,5 +25,10 @@ Status check_same_dim(const TensorView& a, const char* a_name, int a_dim, const 
 
 // Whether an optional tensor argument was given (a data pointer, or a shape for empty tensors).
 bool given(const TensorView& t);
+
+// A descale factor tensor of e4m3 inputs (the forward's, decode's e4m3 cache): given, fp32, rank
+// expect.size() with dimensions `dims` of sizes `expect`.
+Status check_descale_tensor(const TensorView& t, const char* name, const char* dims,
+                            std::initializer_list<int64_t> expect);
 
 }  // namespace hfa

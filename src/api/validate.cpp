@@ -62,9 +62,6 @@ Status check_same_dim(const TensorView& a, const char* a_name, int a_dim, const 
 // Whether an optional tensor argument was given (a data pointer, or a shape for empty tensors).
 bool given(const TensorView& t) { return t.data != nullptr || t.rank != 0; }
 
-namespace {
-
-// A descale factor tensor of the e4m3 forward: fp32, `rank` dimensions `dims` of sizes `expect`.
 Status check_descale_tensor(const TensorView& t, const char* name, const char* dims,
                             std::initializer_list<int64_t> expect) {
   const int rank = static_cast<int>(expect.size());
@@ -87,6 +84,8 @@ Status check_descale_tensor(const TensorView& t, const char* name, const char* d
   }
   return Status::Ok();
 }
+
+namespace {
 
 // The descales of the e4m3 forward (ForwardArgs::q_descale ... k_block_descale): which are
 // required, which must be absent, their shapes. Fills r's descales.

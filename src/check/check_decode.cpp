@@ -36,7 +36,8 @@ Status download_view(const TensorView& t, std::vector<uint8_t>* bytes) {
 std::string DecodeConfig::describe() const {
   char buf[320];
   std::snprintf(buf, sizeof(buf),
-                "%s b=%d sq=%d hq=%d hkv=%d d=%d cap=%d %s%s new=%d%s splits=%d%s", to_string(dtype),
+                "%s%s b=%d sq=%d hq=%d hkv=%d d=%d cap=%d %s%s new=%d%s splits=%d%s", to_string(dtype),
+                fp8_cache ? " e4m3-cache" : "",
                 batch, seqlen_q, heads_q, heads_kv, head_dim, capacity,
                 page_size ? "paged " : "contiguous", page_size ? std::to_string(page_size).c_str() : "",
                 seqlen_new, causal ? " causal" : "", num_splits, cache_batch_idx ? " batch_idx" : "");
@@ -46,7 +47,7 @@ std::string DecodeConfig::describe() const {
 double DecodeConfig::kv_bytes(const std::vector<int>& seqlens) const {
   double keys = 0;
   for (int n : seqlens) keys += n + seqlen_new;
-  return 2.0 * keys * heads_kv * head_dim * size_of(dtype);
+  return 2.0 * keys * heads_kv * head_dim * size_of(cache_dtype());
 }
 
 DecodeBuffers::~DecodeBuffers() {
@@ -76,15 +77,15 @@ Status DecodeBuffers::allocate(const DecodeConfig& c, uint64_t seed) {
     for (int b = 0; b < c.batch; ++b)
       seqlens.push_back(c.full ? most : b == 0 ? 0 : b == 1 ? std::min(1, most) : b == 2 ? most : len(rng));
   }
-  const DType dt = c.dtype;
+  const DType dt = c.dtype, ct = c.cache_dtype();
   HFA_RETURN_IF_ERROR(alloc(&q, dt, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}));
   HFA_RETURN_IF_ERROR(alloc(&out, dt, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}));
   if (c.with_lse) HFA_RETURN_IF_ERROR(alloc(&lse, DType::kFP32, {c.batch, c.heads_q, c.seqlen_q}));
   int cache_rows = c.batch;
   if (c.page_size) {
     num_pages = c.batch * pages_per_seq + 3;  // spare pages that no sequence uses
-    HFA_RETURN_IF_ERROR(alloc(&k_cache, dt, {num_pages, c.page_size, c.heads_kv, c.head_dim}));
-    HFA_RETURN_IF_ERROR(alloc(&v_cache, dt, {num_pages, c.page_size, c.heads_kv, c.head_dim}));
+    HFA_RETURN_IF_ERROR(alloc(&k_cache, ct, {num_pages, c.page_size, c.heads_kv, c.head_dim}));
+    HFA_RETURN_IF_ERROR(alloc(&v_cache, ct, {num_pages, c.page_size, c.heads_kv, c.head_dim}));
     // (batch, pages_per_seq) with a padded row stride, from a shuffled list of the pages.
     std::vector<int> pages(num_pages), table(static_cast<size_t>(c.batch) * (pages_per_seq + 1), -1);
     for (int i = 0; i < num_pages; ++i) pages[i] = i;
@@ -97,8 +98,8 @@ Status DecodeBuffers::allocate(const DecodeConfig& c, uint64_t seed) {
                                                cudaMemcpyHostToDevice), "uploading the page table"));
   } else {
     if (c.cache_batch_idx) cache_rows = c.batch + 2;
-    HFA_RETURN_IF_ERROR(alloc(&k_cache, dt, {cache_rows, c.capacity, c.heads_kv, c.head_dim}));
-    HFA_RETURN_IF_ERROR(alloc(&v_cache, dt, {cache_rows, c.capacity, c.heads_kv, c.head_dim}));
+    HFA_RETURN_IF_ERROR(alloc(&k_cache, ct, {cache_rows, c.capacity, c.heads_kv, c.head_dim}));
+    HFA_RETURN_IF_ERROR(alloc(&v_cache, ct, {cache_rows, c.capacity, c.heads_kv, c.head_dim}));
     if (c.cache_batch_idx) {
       std::vector<int> rows(cache_rows);
       for (int i = 0; i < cache_rows; ++i) rows[i] = i;
@@ -112,12 +113,25 @@ Status DecodeBuffers::allocate(const DecodeConfig& c, uint64_t seed) {
   HFA_RETURN_IF_ERROR(cuda_status(cudaMemcpy(cache_seqlens.data, seqlens.data(), c.batch * 4,
                                              cudaMemcpyHostToDevice), "uploading cache_seqlens"));
   if (c.seqlen_new > 0) {
-    HFA_RETURN_IF_ERROR(alloc(&k_new, dt, {c.batch, c.seqlen_new, c.heads_kv, c.head_dim}));
-    HFA_RETURN_IF_ERROR(alloc(&v_new, dt, {c.batch, c.seqlen_new, c.heads_kv, c.head_dim}));
+    HFA_RETURN_IF_ERROR(alloc(&k_new, ct, {c.batch, c.seqlen_new, c.heads_kv, c.head_dim}));
+    HFA_RETURN_IF_ERROR(alloc(&v_new, ct, {c.batch, c.seqlen_new, c.heads_kv, c.head_dim}));
+  }
+  k_descale = v_descale = TensorView{};
+  k_descale_host.clear(), v_descale_host.clear();
+  if (c.fp8_cache) {  // (batch, heads_kv) with a padded batch stride: any strides are allowed
+    std::uniform_real_distribution<float> factor(0.75f, 1.25f);
+    for (auto [t, host] : {std::pair{&k_descale, &k_descale_host}, {&v_descale, &v_descale_host}}) {
+      HFA_RETURN_IF_ERROR(alloc(t, DType::kFP32, {c.batch, c.heads_kv + 1}));
+      t->shape[1] = c.heads_kv;
+      host->resize(static_cast<size_t>(c.batch) * (c.heads_kv + 1));
+      for (float& x : *host) x = factor(rng) / kFp8FillScale;
+      HFA_RETURN_IF_ERROR(cuda_status(cudaMemcpy(t->data, host->data(), host->size() * 4,
+                                                 cudaMemcpyHostToDevice), "uploading descales"));
+    }
   }
   uint64_t salt = seed * 0x100000001B3ull;
   for (TensorView* t : {&q, &k_cache, &v_cache, &k_new, &v_new})
-    if (t->data) HFA_RETURN_IF_ERROR(fill_normal(t->data, dt, t->numel(), ++salt));
+    if (t->data) HFA_RETURN_IF_ERROR(fill_normal(t->data, t->dtype, t->numel(), ++salt));
   return poison_outputs();
 }
 
@@ -134,6 +148,7 @@ DecodeArgs DecodeBuffers::args() const {
   a.q = q, a.k_cache = k_cache, a.v_cache = v_cache, a.out = out, a.lse = lse;
   a.cache_seqlens = cache_seqlens, a.page_table = page_table, a.cache_batch_idx = cache_batch_idx;
   a.k_new = k_new, a.v_new = v_new;
+  a.k_descale = k_descale, a.v_descale = v_descale;
   a.softmax_scale = config.softmax_scale;
   a.causal = config.causal;
   a.num_splits = config.num_splits;
@@ -153,7 +168,7 @@ Status run_decode_check(DecodeBuffers& buf, int64_t max_rows, DecodeCheckResult*
                         const std::function<Status(const DecodeArgs&)>& run) {
   *result = DecodeCheckResult{};
   const DecodeConfig& c = buf.config;
-  const int64_t cache_bytes = 2 * buf.k_cache.numel() * size_of(c.dtype);
+  const int64_t cache_bytes = 2 * buf.k_cache.numel() * size_of(c.cache_dtype());
   if (cache_bytes > kMaxCheckedCacheBytes)
     return make_error(StatusCode::kInvalidArgument, "check: a %lld-byte cache is too large to check "
                       "on the host (at most %lld)", static_cast<long long>(cache_bytes),
@@ -202,7 +217,7 @@ Status run_decode_check(DecodeBuffers& buf, int64_t max_rows, DecodeCheckResult*
   };
 
   // The cache: appended slots hold k_new / v_new, every other element is unchanged.
-  const int esize = size_of(c.dtype);
+  const int esize = size_of(c.cache_dtype());
   std::vector<uint8_t> expect_k = k_before, expect_v = v_before;
   for (int b = 0; b < c.batch; ++b)
     for (int t = 0; t < c.seqlen_new; ++t)
@@ -259,11 +274,15 @@ Status run_decode_check(DecodeBuffers& buf, int64_t max_rows, DecodeCheckResult*
         qb[static_cast<size_t>(i) * d + x] = element_at(c.dtype, hq, offset4(buf.q, b, i, h, x));
       kb.resize(static_cast<size_t>(n) * d);
       vb.resize(static_cast<size_t>(n) * d);
+      // An e4m3 cache stands for its values times the (b, hk) descales.
+      const DType ct = c.cache_dtype();
+      const double k_factor = c.fp8_cache ? buf.k_descale_host[b * buf.k_descale.stride[0] + hk] : 1.0;
+      const double v_factor = c.fp8_cache ? buf.v_descale_host[b * buf.v_descale.stride[0] + hk] : 1.0;
       for (int j = 0; j < n; ++j) {
         const int64_t off = cache_offset(b, j, hk);
         for (int x = 0; x < d; ++x) {
-          kb[static_cast<size_t>(j) * d + x] = element_at(c.dtype, k_after, off + x);
-          vb[static_cast<size_t>(j) * d + x] = element_at(c.dtype, v_after, off + x);
+          kb[static_cast<size_t>(j) * d + x] = element_at(ct, k_after, off + x) * k_factor;
+          vb[static_cast<size_t>(j) * d + x] = element_at(ct, v_after, off + x) * v_factor;
         }
       }
       double ref_lse, base_lse;

@@ -16,7 +16,10 @@
 namespace hfa::check {
 
 struct DecodeConfig {
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;  // q and out
+  // An e4m3 cache (and k_new / v_new), N(0, 1) x kFp8FillScale quantized, with descales of about
+  // its inverse per (batch, KV head); otherwise the cache has q's dtype.
+  bool fp8_cache = false;
   int batch = 1, seqlen_q = 1, heads_q = 32, heads_kv = 8, head_dim = 128;
   int capacity = 1024;  // keys per sequence's cache
   int page_size = 0;    // 0: contiguous cache; else a paged one (capacity rounded up to pages)
@@ -32,6 +35,7 @@ struct DecodeConfig {
   // All cache slots filled (cache_seqlens = capacity - seqlen_new): the benchmark's shape.
   bool full = false;
 
+  DType cache_dtype() const { return fp8_cache ? DType::kE4M3 : dtype; }
   std::string describe() const;
   // Bytes of K and V one call reads: what the GB/s figure divides.
   double kv_bytes(const std::vector<int>& seqlens) const;
@@ -53,6 +57,8 @@ class DecodeBuffers {
   DecodeConfig config;
   std::vector<int> seqlens;  // cache_seqlens as uploaded
   TensorView q, k_cache, v_cache, k_new, v_new, out, lse, cache_seqlens, page_table, cache_batch_idx;
+  TensorView k_descale, v_descale;  // e4m3 caches
+  std::vector<float> k_descale_host, v_descale_host;
   int num_pages = 0;
 
  private:

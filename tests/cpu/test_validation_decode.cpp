@@ -17,6 +17,7 @@ using namespace validation_test;
 constexpr int kCap = 256, kPageSize = 16, kPages = 40, kNew = 2;
 alignas(16) unsigned char g_kc[16], g_vc[16], g_kn[16], g_vn[16];
 alignas(16) int g_seqlens[4], g_table[64], g_batch_idx[4];
+alignas(16) float g_kd[16], g_vd[16];
 
 DecodeArgs valid_decode_args(bool paged = false) {
   DecodeArgs a;
@@ -99,6 +100,62 @@ TEST(DecodeValidation, DtypesAndShapes) {
   a = valid_decode_args();
   a.lse = make_tensor(g_lse, DType::kFP32, {kB, kHq, 2});
   expect_error(normalize(a), StatusCode::kInvalidArgument, {"lse:", "(batch, heads_q, seqlen_q)"});
+}
+
+// An e4m3 cache: q stays bf16/fp16; K, V (and k_new / v_new) e4m3 with fp32 (batch, heads_kv)
+// descales, which no other cache takes.
+DecodeArgs valid_e4m3_cache_args(bool paged = false) {
+  DecodeArgs a = valid_decode_args(paged);
+  a.k_cache.dtype = a.v_cache.dtype = DType::kE4M3;
+  a.k_descale = make_tensor(g_kd, DType::kFP32, {kB, kHkv});
+  a.v_descale = make_tensor(g_vd, DType::kFP32, {kB, kHkv});
+  return a;
+}
+
+TEST(DecodeValidation, E4M3CacheRules) {
+  for (bool paged : {false, true}) {
+    DecodeArgs a = valid_e4m3_cache_args(paged);
+    a.k_new = make_tensor(g_kn, DType::kE4M3, {kB, kNew, kHkv, kD});
+    a.v_new = make_tensor(g_vn, DType::kE4M3, {kB, kNew, kHkv, kD});
+    DecodeProblem p;
+    ASSERT_TRUE(normalize(a, &p).ok()) << normalize(a).message;
+    EXPECT_TRUE(p.fp8_cache());
+    EXPECT_EQ(p.dtype, DType::kBF16);
+    EXPECT_EQ(p.k_descale, g_kd);
+    EXPECT_EQ(p.v_descale, g_vd);
+    EXPECT_EQ(p.k_descale_batch_stride, kHkv);
+    DecodePlan plan;
+    ASSERT_TRUE(plan_decode_for(p, hopper(), &plan).ok());
+    EXPECT_EQ(plan.cache_dtype, DType::kE4M3);
+    DecodeProblem bf16_cache = p;  // the same shapes, another cache dtype
+    bf16_cache.cache_dtype = DType::kBF16;
+    expect_error(check_plan_matches(bf16_cache, plan, 0), StatusCode::kInvalidArgument, {"plan:", "cache_dtype"});
+  }
+  DecodeArgs a = valid_e4m3_cache_args();
+  a.k_descale = TensorView{};
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k_descale:", "fp32", "descale"});
+  a = valid_e4m3_cache_args();
+  a.v_descale = make_tensor(g_vd, DType::kFP32, {kB, kHkv + 1});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"v_descale:", "(batch, heads_kv)"});
+  a = valid_e4m3_cache_args();
+  a.k_descale.dtype = DType::kBF16;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k_descale:", "fp32"});
+  a = valid_decode_args();  // descales with a bf16 cache
+  a.k_descale = make_tensor(g_kd, DType::kFP32, {kB, kHkv});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k_descale:", "only e4m3 caches"});
+  a = valid_e4m3_cache_args();
+  a.v_cache.dtype = DType::kBF16;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"v_cache:", "k_cache's dtype"});
+  a = valid_decode_args();
+  a.k_cache.dtype = a.v_cache.dtype = DType::kFP16;  // a cache of another 16-bit dtype than q's
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k_cache:", "q's dtype", "e4m3"});
+  a = valid_e4m3_cache_args();
+  a.k_new = make_tensor(g_kn, DType::kBF16, {kB, kNew, kHkv, kD});
+  a.v_new = make_tensor(g_vn, DType::kBF16, {kB, kNew, kHkv, kD});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k_new:", "cache's dtype e4m3"});
+  a = valid_e4m3_cache_args();
+  a.q.dtype = a.out.dtype = DType::kE4M3;
+  expect_error(normalize(a), StatusCode::kUnsupported, {"q:", "e4m3", "bf16 or fp16"});
 }
 
 TEST(DecodeValidation, HeadDimMustBeSupported) {

@@ -1,6 +1,7 @@
 // Flash decode vs the fp64 reference (check_decode.h): contiguous and paged caches, random
 // cache_seqlens (0, 1 and full among them), shuffled page tables, appended keys, causal with up to
-// 16 new tokens, GQA / MQA / MHA, every head dim, forced split counts; CUDA graph replay; errors.
+// 16 new tokens, GQA / MQA / MHA, every head dim, forced split counts, e4m3 caches with descales;
+// CUDA graph replay; errors.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -40,6 +41,7 @@ struct DecodeParam {
   int head_dim;
   DType dtype;
   int page_size;  // 0: contiguous
+  bool fp8_cache;  // an e4m3 cache (with k_descale / v_descale) for a bf16/fp16 q
 };
 
 class DecodeMatrix : public ::testing::TestWithParam<DecodeParam> {};
@@ -65,6 +67,7 @@ TEST_P(DecodeMatrix, MatchesReference) {
   for (const DecodeShapeCase& s : kShapes) {
     DecodeConfig c;
     c.dtype = param.dtype, c.head_dim = param.head_dim, c.page_size = param.page_size;
+    c.fp8_cache = param.fp8_cache;
     c.batch = s.batch, c.seqlen_q = s.seqlen_q, c.heads_q = s.heads_q, c.heads_kv = s.heads_kv;
     c.capacity = s.capacity, c.seqlen_new = s.seqlen_new, c.causal = s.causal;
     expect_pass(c, ++seed);
@@ -75,7 +78,10 @@ std::vector<DecodeParam> decode_params() {
   std::vector<DecodeParam> v;
   for (int d : testing::compiled_head_dims())
     for (DType t : {DType::kBF16, DType::kFP16})
-      for (int page : {0, 16, 64, 256}) v.push_back({d, t, page});
+      for (int page : {0, 16, 64, 256}) {
+        v.push_back({d, t, page, false});
+        if (page != 16) v.push_back({d, t, page, true});
+      }
   return v;
 }
 
@@ -83,7 +89,8 @@ INSTANTIATE_TEST_SUITE_P(Decode, DecodeMatrix, ::testing::ValuesIn(decode_params
                          [](const ::testing::TestParamInfo<DecodeParam>& info) {
                            const DecodeParam& p = info.param;
                            return "d" + std::to_string(p.head_dim) + "_" + to_string(p.dtype) +
-                                  (p.page_size ? "_page" + std::to_string(p.page_size) : "_contiguous");
+                                  (p.page_size ? "_page" + std::to_string(p.page_size) : "_contiguous") +
+                                  (p.fp8_cache ? "_e4m3cache" : "");
                          });
 
 // Every split count gives the right answer, including more splits than key tiles (empty splits).
@@ -96,6 +103,8 @@ TEST(Decode, ForcedSplitCounts) {
       c.page_size = splits % 2 ? 32 : 0, c.num_splits = splits, c.seqlen_q = 2, c.causal = true;
       c.seqlen_new = 2;
       expect_pass(c, 100 + splits);
+      c.fp8_cache = true;
+      expect_pass(c, 200 + splits);
     }
 }
 
@@ -109,6 +118,11 @@ TEST(Decode, CacheBatchIdxAndScales) {
     c.softmax_scale = scale;
     c.with_lse = scale != 2.f;
     expect_pass(c, 8);
+  }
+  c.fp8_cache = true;  // the descales follow the query's batch row, not the cache row
+  for (float scale : {-0.37f, 2.f}) {
+    c.softmax_scale = scale;
+    expect_pass(c, 9);
   }
 }
 
@@ -132,6 +146,8 @@ TEST(Decode, AppendOnly) {
   c.seqlen_q = 0, c.seqlen_new = 3;
   c.page_size = 16;
   expect_pass(c, 12);
+  c.fp8_cache = true;  // e4m3 rows are half as many 16-byte chunks
+  expect_pass(c, 15);
 }
 
 // A decode step captured in a CUDA graph and replayed with new cache_seqlens and a new page table

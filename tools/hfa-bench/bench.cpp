@@ -102,7 +102,7 @@ std::string format_row(const Row& r) {
   char buf[512];
   const char* check = !r.check_pass ? "-" : (*r.check_pass ? "PASS" : "FAIL");
   if (r.ms > 0 && r.kind == "decode")
-    std::snprintf(buf, sizeof(buf), "%-12s %-5s %4d %3d sq %2d sk %6d b %4d hq %3d hkv %3d %10.4f ms %7.1f GB/s "
+    std::snprintf(buf, sizeof(buf), "%-17s %-5s %4d %3d sq %2d sk %6d b %4d hq %3d hkv %3d %10.4f ms %7.1f GB/s "
                   "splits %3d host %5.2f us  %-5s %9.2e", r.impl.c_str(), to_string(c.dtype), c.head_dim,
                   r.page_size, c.seqlen_q, c.seqlen_k, c.batch, c.heads_q, c.heads_kv, r.ms, r.gbps,
                   r.num_splits, r.host_us, check, r.max_abs_err);
@@ -180,7 +180,8 @@ bool write_json(const std::string& path, const RunInfo& info, const std::vector<
       char t[128];
       if (r.kind == "decode")
         std::snprintf(t, sizeof(t), "\"ms\": %.6f, \"tflops\": null, \"gbps\": %.1f, \"page_size\": %d, "
-                      "\"num_splits\": %d, \"host_us\": %.2f, ", r.ms, r.gbps, r.page_size, r.num_splits, r.host_us);
+                      "\"num_splits\": %d, \"host_us\": %.2f, \"kv_dtype\": \"%s\", ", r.ms, r.gbps,
+                      r.page_size, r.num_splits, r.host_us, to_string(r.kv_dtype));
       else
         std::snprintf(t, sizeof(t), "\"ms\": %.6f, \"tflops\": %.3f, \"gbps\": null, ", r.ms, r.tflops);
       f << t;

@@ -29,6 +29,7 @@ struct Row {
   double gbps = 0;    // decode: bytes of K and V read per second / 1e9
   int page_size = 0;  // decode: 0 contiguous cache, else the paged cache's page size
   int num_splits = 0; // decode: the plan's split count
+  DType kv_dtype = DType::kBF16;  // decode: the cache's dtype (q's, or e4m3)
   double host_us = 0; // decode: host time of one planned decode() call (validation + launches),
                       // median over rounds of calls issued to an idle GPU
   std::optional<bool> check_pass;  // unset: not checked
@@ -49,10 +50,10 @@ Row run_config(const check::Config& config, const Options& options, uint64_t see
 // every page size in `page_sizes` (0 = contiguous).
 std::vector<check::Config> decode_sweep_configs(DType dtype);
 // Checks (on a smaller batch where the cache is too large to check on the host) and times one
-// decode configuration; row.impl is "decode" or "decode_paged".
+// decode configuration; row.impl is "decode" or "decode_paged", with "_e4m3" for an e4m3 cache.
 // num_splits: DecodeArgs::num_splits (0 = the heuristic's choice).
-Row run_decode_config(const check::Config& config, int page_size, int num_splits, const Options& options,
-                      uint64_t seed);
+Row run_decode_config(const check::Config& config, int page_size, int num_splits, bool fp8_cache,
+                      const Options& options, uint64_t seed);
 
 std::string format_row(const Row& row);  // one table line
 std::string table_header();

@@ -31,8 +31,9 @@ std::vector<check::Config> decode_sweep_configs(DType dtype) {
 
 namespace {
 
-check::DecodeConfig to_decode(const check::Config& c, int page_size) {
+check::DecodeConfig to_decode(const check::Config& c, int page_size, bool fp8_cache) {
   check::DecodeConfig d;
+  d.fp8_cache = fp8_cache;
   d.dtype = c.dtype, d.batch = c.batch, d.seqlen_q = c.seqlen_q, d.heads_q = c.heads_q;
   d.heads_kv = c.heads_kv, d.head_dim = c.head_dim, d.capacity = c.seqlen_k, d.page_size = page_size;
   d.causal = c.causal, d.full = true;
@@ -41,19 +42,20 @@ check::DecodeConfig to_decode(const check::Config& c, int page_size) {
 
 // K and V bytes of one sequence's cache, both tensors.
 int64_t cache_bytes_per_sequence(const check::DecodeConfig& d) {
-  return int64_t{2} * d.capacity * d.heads_kv * d.head_dim * size_of(d.dtype);
+  return int64_t{2} * d.capacity * d.heads_kv * d.head_dim * size_of(d.cache_dtype());
 }
 
 }  // namespace
 
-Row run_decode_config(const check::Config& config, int page_size, int num_splits, const Options& options,
-                      uint64_t seed) {
+Row run_decode_config(const check::Config& config, int page_size, int num_splits, bool fp8_cache,
+                      const Options& options, uint64_t seed) {
   Row row;
-  row.impl = page_size ? "decode_paged" : "decode";
+  row.impl = std::string(page_size ? "decode_paged" : "decode") + (fp8_cache ? "_e4m3" : "");
   row.kind = "decode";
   row.config = config;
   row.page_size = page_size;
-  check::DecodeConfig dc = to_decode(config, page_size);
+  check::DecodeConfig dc = to_decode(config, page_size, fp8_cache);
+  row.kv_dtype = dc.cache_dtype();
   Status st;
   if (options.check) {
     // The host checker reads whole caches: check as many sequences as fit in 512 MB.

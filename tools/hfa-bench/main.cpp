@@ -45,7 +45,7 @@ struct DecodeOptions {
   bool sweep;
   int seqlen, seqlen_k, head_dim, batch, heads, heads_kv;
   bool causal;
-  std::string dtype_name, json_path;
+  std::string dtype_name, kv_dtype_name, json_path;
   std::vector<int> page_sizes;
   std::vector<int> num_splits;  // 0 = the heuristic's choice
 };
@@ -57,9 +57,16 @@ int run_decode(const CLI::App& app, hfa::bench::Options opt, const DecodeOptions
   std::fprintf(stderr, "hfa-bench: seed %llu\n", static_cast<unsigned long long>(opt.seed));
   const hfa::DType dtype = o.dtype_name == "fp16" ? hfa::DType::kFP16 : hfa::DType::kBF16;
   if (o.dtype_name == "e4m3") {
-    std::fprintf(stderr, "hfa-bench: --decode takes bf16 or fp16 (e4m3 caches are not supported yet)\n");
+    std::fprintf(stderr, "hfa-bench: --decode takes a bf16 or fp16 q (--dtype); an e4m3 cache is "
+                 "--kv-dtype e4m3\n");
     return 2;
   }
+  if (!o.kv_dtype_name.empty() && o.kv_dtype_name != "e4m3" && o.kv_dtype_name != o.dtype_name) {
+    std::fprintf(stderr, "hfa-bench: --kv-dtype %s; the cache is q's dtype (%s) or e4m3\n",
+                 o.kv_dtype_name.c_str(), o.dtype_name.c_str());
+    return 2;
+  }
+  const bool fp8_cache = o.kv_dtype_name == "e4m3";
   std::vector<hfa::check::Config> configs;
   if (o.sweep) {
     configs = hfa::bench::decode_sweep_configs(dtype);
@@ -81,7 +88,7 @@ int run_decode(const CLI::App& app, hfa::bench::Options opt, const DecodeOptions
   for (const hfa::check::Config& c : configs)
     for (int page : o.page_sizes)
       for (int splits : o.num_splits) {
-        hfa::bench::Row row = hfa::bench::run_decode_config(c, page, splits, opt, opt.seed + 7919 * n);
+        hfa::bench::Row row = hfa::bench::run_decode_config(c, page, splits, fp8_cache, opt, opt.seed + 7919 * n);
         ++n;
         if (row.check_pass && !*row.check_pass) ++failures;
         if (row.ms <= 0) ++not_run;
@@ -146,6 +153,9 @@ int main(int argc, char** argv) {
                "flash decode (hfa::decode): --seqlen new tokens (default 1) against full caches of "
                "--seqlen-k keys (default 8192), --batch (default 1), 32/8 heads, d 128 unless given; "
                "with --sweep, the decode sweep. Reports GB/s of K and V read");
+  std::string kv_dtype_name;
+  app.add_option("--kv-dtype", kv_dtype_name, "--decode: the cache's dtype, q's (default) or e4m3 "
+                 "(with per-(batch, KV head) descales)");
   app.add_option("--page-size", page_sizes, "--decode: page sizes to run, 0 = contiguous cache (default 0)")
       ->delimiter(',');
   std::vector<int> num_splits = {0};
@@ -167,13 +177,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "hfa-bench: no CUDA GPU available (%s); only --list works without one\n", why.c_str());
     return 2;
   }
+  if (!decode && (app.count("--kv-dtype") || app.count("--page-size") || app.count("--num-splits"))) {
+    std::fprintf(stderr, "hfa-bench: --kv-dtype, --page-size and --num-splits are --decode options\n");
+    return 2;
+  }
   if (decode) {
     if (!kernels.empty() || opt.backward) {
       std::fprintf(stderr, "hfa-bench: --decode takes no kernel names and no --bwd\n");
       return 2;
     }
     return run_decode(app, opt, DecodeOptions{sweep, seqlen, seqlen_k, head_dim, batch, heads,
-                                               heads_kv, causal, dtype_name, json_path, page_sizes,
+                                               heads_kv, causal, dtype_name, kv_dtype_name, json_path, page_sizes,
                                                num_splits},
                       argc, argv);
   }

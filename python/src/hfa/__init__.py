@@ -220,18 +220,20 @@ def _attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             cache_seqlens: torch.Tensor, page_table: Optional[torch.Tensor],
                             cache_batch_idx: Optional[torch.Tensor], causal: bool,
                             softmax_scale: Optional[float], num_splits: int,
-                            workspace: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+                            workspace: torch.Tensor, k_descale: Optional[torch.Tensor] = None,
+                            v_descale: Optional[torch.Tensor] = None
+                            ) -> Tuple[torch.Tensor, torch.Tensor]:
     _check_rank(q)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
     _C.decode(q, k_cache, v_cache, k, v, cache_seqlens, page_table, cache_batch_idx, out, lse,
-              causal, softmax_scale, num_splits, workspace)
+              causal, softmax_scale, num_splits, workspace, k_descale, v_descale)
     return out, lse
 
 
 @_attention_with_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, cache_batch_idx, causal, softmax_scale,
-      num_splits, workspace):
+      num_splits, workspace, k_descale=None, v_descale=None):
     _check_rank(q)
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
@@ -249,10 +251,12 @@ def plan_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 cache_seqlens: torch.Tensor, k: Optional[torch.Tensor] = None,
                 v: Optional[torch.Tensor] = None, page_table: Optional[torch.Tensor] = None,
                 cache_batch_idx: Optional[torch.Tensor] = None, causal: bool = False,
-                num_splits: int = 0) -> DecodePlan:
-    """The split count (num_splits=0: the library's heuristic) and workspace for these shapes."""
+                num_splits: int = 0, k_descale: Optional[torch.Tensor] = None,
+                v_descale: Optional[torch.Tensor] = None) -> DecodePlan:
+    """The split count (num_splits=0: the library's heuristic) and workspace for these shapes
+    (an e4m3 cache: pass its k_descale and v_descale too)."""
     splits, nbytes = _C.plan_decode(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
-                                    cache_batch_idx, causal, num_splits)
+                                    cache_batch_idx, causal, num_splits, k_descale, v_descale)
     return DecodePlan(splits, torch.empty(nbytes, dtype=torch.uint8, device=q.device))
 
 
@@ -262,7 +266,9 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            page_table: Optional[torch.Tensor] = None,
                            cache_batch_idx: Optional[torch.Tensor] = None, causal: bool = False,
                            softmax_scale: Optional[float] = None, num_splits: int = 0,
-                           return_lse: bool = False, plan: Optional[DecodePlan] = None):
+                           return_lse: bool = False, plan: Optional[DecodePlan] = None,
+                           k_descale: Optional[torch.Tensor] = None,
+                           v_descale: Optional[torch.Tensor] = None):
     """Flash decode, as FlashAttention's flash_attn_with_kvcache: q (batch, seqlen_q, heads_q,
     head_dim) attends to the first cache_seqlens[b] (+ seqlen_new) keys of its sequence's cache.
 
@@ -273,18 +279,22 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     at cache_seqlens[b] ... before attending (in place; cache_seqlens is not advanced). causal:
     bottom-right aligned (new token i sees the cache and new tokens up to i). num_splits: 0 for the
     library's choice. plan: from plan_decode() for these shapes (then num_splits is the plan's).
-    bf16/fp16, head_dim 64/128/256. Not differentiable. Under torch.compile(fullgraph=True) pass a
-    plan made outside the compiled function (plan_decode is host code that dynamo does not trace). Returns out (and the fp32 LSE,
-    (batch, heads_q, seqlen_q), with return_lse).
+    q bf16/fp16, head_dim 64/128/256; the cache (and k, v) of q's dtype, or torch.float8_e4m3fn
+    with k_descale and v_descale, fp32 (batch, heads_kv): key j of sequence b, KV head h is
+    k_cache's value times k_descale[b, h] (FlashAttention-3's convention); out has q's dtype.
+    Not differentiable. Under torch.compile(fullgraph=True) pass a plan made outside the compiled
+    function (plan_decode is host code that dynamo does not trace). Returns out (and the fp32
+    LSE, (batch, heads_q, seqlen_q), with return_lse).
     """
     if cache_seqlens is None:
         raise ValueError("cache_seqlens: required (int32, (batch))")
     if plan is None:
         plan = plan_decode(q, k_cache, v_cache, cache_seqlens, k, v, page_table, cache_batch_idx,
-                           causal, num_splits)
+                           causal, num_splits, k_descale, v_descale)
     out, lse = torch.ops.hfa.attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens,
                                                     page_table, cache_batch_idx, causal,
-                                                    softmax_scale, plan.num_splits, plan.workspace)
+                                                    softmax_scale, plan.num_splits, plan.workspace,
+                                                    k_descale, v_descale)
     return (out, lse) if return_lse else out
 
 

@@ -3,8 +3,10 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace hfa {
 
@@ -50,6 +52,27 @@ __device__ __forceinline__ uint4 pack8(const float (&in)[8]) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) e[i] = from_float<T>(in[i]);
   return raw;
+}
+
+// Eight e4m3 values (element 0 in the lowest byte) as eight values of T in a 16-byte vector. Exact:
+// every e4m3 value, subnormals included, is an fp16 and a bf16 value (NaN stays NaN). On sm89 and
+// newer each pair is one cvt.rn.f16x2.e4m3x2; bf16 goes on through fp32 (exact at each step).
+template <typename T>
+__device__ __forceinline__ uint4 e4m3x8_to(uint2 in) {
+  uint4 out;
+  uint32_t* o = &out.x;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const auto pair = static_cast<__nv_fp8x2_storage_t>(((i < 2 ? in.x : in.y) >> (16 * (i % 2))) & 0xFFFFu);
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+    if constexpr (std::is_same_v<T, __half>) {
+      o[i] = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+    } else {
+      const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(__half2(h)));
+      o[i] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+  }
+  return out;
 }
 
 }  // namespace hfa

@@ -70,8 +70,9 @@ size_t workspace_bytes(const DecodeProblem& p) {
   return rows * (p.head_dim + 1) * sizeof(float);
 }
 
-size_t smem_bytes(int head_dim) {
-#define HFA_DECODE_SMEM(D) if (head_dim == D) return DecodeShape<D>::kSmemBytes;
+size_t smem_bytes(int head_dim, bool fp8_cache) {
+#define HFA_DECODE_SMEM(D) \
+  if (head_dim == D) return fp8_cache ? DecodeShape<D, true>::kSmemBytes : DecodeShape<D>::kSmemBytes;
   HFA_FOR_EACH_HEAD_DIM(HFA_DECODE_SMEM)
 #undef HFA_DECODE_SMEM
   return 0;

@@ -14,11 +14,16 @@
 // Keys live in a contiguous cache (sequence row, key) or a paged one (page table, page, slot):
 // the Paged policy only changes where a key's row is (key_offset; in the split kernel, row_offset
 // with the page indices read a tile ahead).
+// An e4m3 cache (Tc = __nv_fp8_storage_t, q bf16/fp16) streams half the bytes: its tiles land in
+// the ring as plain rows of bytes, and each warp converts its own keys (exactly) into a tile of q's
+// dtype that its GEMMs read as they read a bf16/fp16 cache's tile; k_descale folds into the
+// softmax scale and v_descale into the output's normalization.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/common/numeric.cuh"
 #include "kernels/common/quad_reduce.cuh"
@@ -60,6 +65,24 @@ struct PackedRow {
       : token(r / p.group_size()), head(hk * p.group_size() + r % p.group_size()) {}
 };
 
+// e4m3 cache: this warp's kKeys keys (rows key0 ...) of a staged tile (rows of D bytes) converted
+// into `dst` (Tile's swizzled layout, q's dtype T). Lane l converts the 8-byte pieces l, l + 32,
+// ... of those rows: a quarter-warp reads 64 contiguous bytes and writes the 8 chunks of one
+// swizzled row group, both free of bank conflicts.
+template <typename T, class Tile, int D, int kKeys>
+__device__ __forceinline__ void convert_e4m3_keys(T* dst, const __nv_fp8_storage_t* src, int key0,
+                                                  int lane) {
+  constexpr int kPiecesPerRow = D / 8, kPieces = kKeys * kPiecesPerRow / 32;
+  static_assert(kPieces * 32 == kKeys * kPiecesPerRow, "whole pieces per lane");
+#pragma unroll
+  for (int i = 0; i < kPieces; ++i) {
+    const int idx = lane + 32 * i;
+    const int r = key0 + idx / kPiecesPerRow, c = idx % kPiecesPerRow;
+    const uint2 raw = *reinterpret_cast<const uint2*>(src + r * D + c * 8);
+    *reinterpret_cast<uint4*>(dst + Tile::offset(r, c * 8)) = e4m3x8_to<T>(raw);
+  }
+}
+
 // Programmatic dependent launch (sm90 and newer; no-ops before): the split kernel lets the combine
 // kernel launch before it finishes, and the combine waits for the split grid's completion and its
 // memory before reading the partial results. This hides the combine's launch latency, which at
@@ -75,10 +98,13 @@ __device__ __forceinline__ void wait_for_prerequisite_grid() {
 #endif
 }
 
-template <typename T, int D, bool kPaged>
-__global__ void __launch_bounds__(DecodeShape<D>::kThreads)
+// T: q's and out's dtype; Tc: the cache's (T, or __nv_fp8_storage_t for e4m3).
+template <typename T, typename Tc, int D, bool kPaged>
+__global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1>::kThreads)
     decode_split_kernel(DecodeProblem p) {
-  using Shape = DecodeShape<D>;
+  constexpr bool kFp8 = sizeof(Tc) == 1;
+  static_assert(kFp8 || std::is_same_v<T, Tc>, "a bf16/fp16 cache has q's dtype");
+  using Shape = DecodeShape<D, kFp8>;
   constexpr int kBlockN = Shape::kBlockN, kRows = Shape::kRows, kStages = Shape::kStages;
   constexpr int kThreads = Shape::kThreads, kKeysPerWarp = Shape::kKeysPerWarp;
   constexpr int kOTiles = D / 8;
@@ -86,8 +112,13 @@ __global__ void __launch_bounds__(DecodeShape<D>::kThreads)
   using TileKV = SwizzledTile<kBlockN, D>;
   extern __shared__ uint4 smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
-  T* sK = sQ + TileQ::kElems;             // kStages buffers
-  T* sV = sK + kStages * TileKV::kElems;  // kStages buffers
+  // The ring of the cache's tiles: kStages of K, then kStages of V (bf16/fp16: TileKV's swizzled
+  // layout; e4m3: rows of D bytes, read only by the conversion).
+  Tc* sK = reinterpret_cast<Tc*>(sQ + TileQ::kElems);
+  Tc* sV = sK + kStages * TileKV::kElems;
+  // e4m3: the tiles of K and V in T that the GEMMs read (each warp converts its own keys).
+  T* sKc = reinterpret_cast<T*>(sV + kStages * TileKV::kElems);
+  T* sVc = sKc + TileKV::kElems;
 
   const int rows_total = p.packed_rows();
   const int m_blocks = ceil_div(rows_total, kRows);
@@ -126,9 +157,15 @@ __global__ void __launch_bounds__(DecodeShape<D>::kThreads)
   const int cache_row = p.cache_batch_idx ? p.cache_batch_idx[b * p.cache_batch_idx_stride] : b;
   // Every key and value is read once per step: the loads are marked first to leave the L2.
   const uint64_t l2_policy = l2_evict_first_policy();
-  const T* k_base = static_cast<const T*>(p.k_cache) + hk * p.k_head_stride;
-  const T* v_base = static_cast<const T*>(p.v_cache) + hk * p.v_head_stride;
-  constexpr int kChunks = D / 8, kRowsPerPass = kThreads / kChunks, kPasses = kBlockN / kRowsPerPass;
+  const Tc* k_base = static_cast<const Tc*>(p.k_cache) + hk * p.k_head_stride;
+  const Tc* v_base = static_cast<const Tc*>(p.v_cache) + hk * p.v_head_stride;
+  constexpr int kChunkElems = 16 / sizeof(Tc), kChunks = D / kChunkElems;
+  constexpr int kRowsPerPass = kThreads / kChunks, kPasses = kBlockN / kRowsPerPass;
+  // Where chunk c of row r of a staged tile goes.
+  auto stage_offset = [](int r, int c) {
+    if constexpr (kFp8) return r * D + c * kChunkElems;
+    else return TileKV::offset(r, c * kChunkElems);
+  };
   const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
   // Paged caches: the page of each of this thread's key rows in the tile issued next, read from
   // the page table one iteration ahead, so that the table's latency is not in front of the
@@ -153,16 +190,16 @@ __global__ void __launch_bounds__(DecodeShape<D>::kThreads)
       return cache_row * outer_stride + static_cast<int64_t>(j) * row_stride;
   };
   auto load_tile = [&](int tile) {
-    T* sk = sK + (tile % kStages) * TileKV::kElems;
-    T* sv = sV + (tile % kStages) * TileKV::kElems;
+    Tc* sk = sK + (tile % kStages) * TileKV::kElems;
+    Tc* sv = sV + (tile % kStages) * TileKV::kElems;
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const int r = r0 + i * kRowsPerPass, j = tile * kBlockN + r;
       const bool valid = j < n_keys;
-      const T* k_src = valid ? k_base + row_offset(i, j, p.k_outer_stride, p.k_row_stride) : k_base;
-      const T* v_src = valid ? v_base + row_offset(i, j, p.v_outer_stride, p.v_row_stride) : v_base;
-      cp_async_16(sk + TileKV::offset(r, c * 8), k_src + c * 8, valid, l2_policy);
-      cp_async_16(sv + TileKV::offset(r, c * 8), v_src + c * 8, valid, l2_policy);
+      const Tc* k_src = valid ? k_base + row_offset(i, j, p.k_outer_stride, p.k_row_stride) : k_base;
+      const Tc* v_src = valid ? v_base + row_offset(i, j, p.v_outer_stride, p.v_row_stride) : v_base;
+      cp_async_16(sk + stage_offset(r, c), k_src + c * kChunkElems, valid, l2_policy);
+      cp_async_16(sv + stage_offset(r, c), v_src + c * kChunkElems, valid, l2_policy);
     }
   };
   // Prologue: Q and the first kStages - 1 tiles, one commit group each (empty groups too, so that
@@ -189,7 +226,13 @@ __global__ void __launch_bounds__(DecodeShape<D>::kThreads)
   const int block_end =
       p.causal ? min(n_keys, PackedRow(p, hk, m0).token + n_keys - p.seqlen_q + 1) : n_keys;
 
-  const float scale_log2 = p.softmax_scale * kLog2e;
+  // e4m3 cache: a key's score is (q . k_e4m3) k_descale, and O = sum_j p_j v_e4m3_j v_descale.
+  float k_scale = 1.f, v_scale = 1.f;
+  if constexpr (kFp8) {
+    k_scale = p.k_descale[b * p.k_descale_batch_stride + hk * p.k_descale_head_stride];
+    v_scale = p.v_descale[b * p.v_descale_batch_stride + hk * p.v_descale_head_stride];
+  }
+  const float scale_log2 = p.softmax_scale * k_scale * kLog2e;
   const float factor = exponent_factor(scale_log2);
   float o[1][kOTiles][4];
   zero(o);
@@ -203,8 +246,17 @@ __global__ void __launch_bounds__(DecodeShape<D>::kThreads)
     cp_async_commit();
     fetch_pages(t + kStages);  // lands while this tile computes
 
-    const T* sKt = sK + (t % kStages) * TileKV::kElems;
-    const T* sVt = sV + (t % kStages) * TileKV::kElems;
+    const T* sKt;
+    const T* sVt;
+    if constexpr (kFp8) {  // this warp's keys of the staged tile, converted to T
+      convert_e4m3_keys<T, TileKV, D, kKeysPerWarp>(sKc, sK + (t % kStages) * TileKV::kElems, key0, lane);
+      convert_e4m3_keys<T, TileKV, D, kKeysPerWarp>(sVc, sV + (t % kStages) * TileKV::kElems, key0, lane);
+      __syncwarp();  // the warp's ldmatrix reads other lanes' conversions
+      sKt = sKc, sVt = sVc;
+    } else {
+      sKt = sK + (t % kStages) * TileKV::kElems;
+      sVt = sV + (t % kStages) * TileKV::kElems;
+    }
     float s[1][kKeysPerWarp / 8][4];
     zero(s);
     warp_gemm<T, 1, kKeysPerWarp / 8, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
@@ -267,7 +319,7 @@ __global__ void __launch_bounds__(DecodeShape<D>::kThreads)
     weight[w] = mx == -INFINITY ? 0.f : exp2_approx(warp_max[w][row] - mx);
     l += weight[w] * warp_sum[w][row];
   }
-  const float inv = l > 0.f ? 1.f / l : 0.f;
+  const float inv = l > 0.f ? v_scale / l : 0.f;
   const float lse = l > 0.f ? (mx + log2f(l)) * kLn2 : -INFINITY;
   const PackedRow pr(p, hk, m0 + row);
   float out[kCols];
@@ -395,24 +447,24 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(DecodeProblem p) {
     p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + token * p.lse_row_stride] = lse;
 }
 
-// Appends k_new / v_new at positions cached_keys(b) ... of each sequence's cache, 16 bytes per
-// thread. Runs before the split kernel, on the same stream.
-template <typename T, int D, bool kPaged>
+// Appends k_new / v_new (the cache's dtype Tc) at positions cached_keys(b) ... of each sequence's
+// cache, 16 bytes per thread. Runs before the split kernel, on the same stream.
+template <typename Tc, int D, bool kPaged>
 __global__ void __launch_bounds__(128) decode_append_kernel(DecodeProblem p) {
-  constexpr int kChunks = D / 8;
+  constexpr int kChunkElems = 16 / sizeof(Tc), kChunks = D / kChunkElems;
   const int b = blockIdx.y;
   const int idx = blockIdx.x * 128 + threadIdx.x;  // (token, KV head, chunk)
   if (idx >= p.seqlen_new * p.heads_kv * kChunks) return;
   const int c = idx % kChunks, hk = (idx / kChunks) % p.heads_kv, t = idx / (kChunks * p.heads_kv);
   const int j = cached_keys(p, b) + t;
   const int cache_row = p.cache_batch_idx ? p.cache_batch_idx[b * p.cache_batch_idx_stride] : b;
-  const T* k_src = static_cast<const T*>(p.k_new) + b * p.k_new_batch_stride + t * p.k_new_row_stride +
-                   hk * p.k_new_head_stride + c * 8;
-  const T* v_src = static_cast<const T*>(p.v_new) + b * p.v_new_batch_stride + t * p.v_new_row_stride +
-                   hk * p.v_new_head_stride + c * 8;
-  T* k_dst = static_cast<T*>(p.k_cache) + hk * p.k_head_stride + c * 8 +
+  const Tc* k_src = static_cast<const Tc*>(p.k_new) + b * p.k_new_batch_stride + t * p.k_new_row_stride +
+                    hk * p.k_new_head_stride + c * kChunkElems;
+  const Tc* v_src = static_cast<const Tc*>(p.v_new) + b * p.v_new_batch_stride + t * p.v_new_row_stride +
+                    hk * p.v_new_head_stride + c * kChunkElems;
+  Tc* k_dst = static_cast<Tc*>(p.k_cache) + hk * p.k_head_stride + c * kChunkElems +
              key_offset<kPaged>(p, b, cache_row, j, p.k_outer_stride, p.k_row_stride);
-  T* v_dst = static_cast<T*>(p.v_cache) + hk * p.v_head_stride + c * 8 +
+  Tc* v_dst = static_cast<Tc*>(p.v_cache) + hk * p.v_head_stride + c * kChunkElems +
              key_offset<kPaged>(p, b, cache_row, j, p.v_outer_stride, p.v_row_stride);
   *reinterpret_cast<uint4*>(k_dst) = *reinterpret_cast<const uint4*>(k_src);
   *reinterpret_cast<uint4*>(v_dst) = *reinterpret_cast<const uint4*>(v_src);

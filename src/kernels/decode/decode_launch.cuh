@@ -28,17 +28,18 @@ inline cudaError_t device_major(int device, DeviceOnce& once, int* major) {
   return err;
 }
 
-template <typename T, int D, bool kPaged>
+// T: q's dtype; Tc: the cache's (T, or __nv_fp8_storage_t for e4m3).
+template <typename T, typename Tc, int D, bool kPaged>
 cudaError_t launch_policy(const DecodeProblem& p, cudaStream_t stream) {
-  using Shape = DecodeShape<D>;
+  using Shape = DecodeShape<D, sizeof(Tc) == 1>;
   if (p.seqlen_new > 0) {
-    const int chunks = p.seqlen_new * p.heads_kv * (D / 8);
-    decode_append_kernel<T, D, kPaged><<<dim3(ceil_div(chunks, 128), p.batch), 128, 0, stream>>>(p);
+    const int chunks = p.seqlen_new * p.heads_kv * static_cast<int>(D * sizeof(Tc) / 16);
+    decode_append_kernel<Tc, D, kPaged><<<dim3(ceil_div(chunks, 128), p.batch), 128, 0, stream>>>(p);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   if (p.packed_rows() == 0) return cudaSuccess;  // seqlen_q == 0: only the append
   const int m_blocks = ceil_div(p.packed_rows(), Shape::kRows);
-  auto* kernel = decode_split_kernel<T, D, kPaged>;
+  auto* kernel = decode_split_kernel<T, Tc, D, kPaged>;
   static DeviceOnce once;
   int device = 0, major = 0;
   cudaError_t err = cudaGetDevice(&device);
@@ -70,7 +71,10 @@ cudaError_t launch_policy(const DecodeProblem& p, cudaStream_t stream) {
 
 template <typename T, int D>
 cudaError_t launch_head_dim(const DecodeProblem& p, cudaStream_t stream) {
-  return p.paged() ? launch_policy<T, D, true>(p, stream) : launch_policy<T, D, false>(p, stream);
+  using E4M3 = __nv_fp8_storage_t;
+  if (p.fp8_cache())
+    return p.paged() ? launch_policy<T, E4M3, D, true>(p, stream) : launch_policy<T, E4M3, D, false>(p, stream);
+  return p.paged() ? launch_policy<T, T, D, true>(p, stream) : launch_policy<T, T, D, false>(p, stream);
 }
 
 }  // namespace hfa::flash_decode

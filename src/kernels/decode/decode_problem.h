@@ -23,7 +23,13 @@ struct DecodeProblem {
   const void* k_new = nullptr;           // null: nothing appended
   const void* v_new = nullptr;
 
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;        // q and out
+  DType cache_dtype = DType::kBF16;  // k_cache, v_cache, k_new, v_new: dtype or e4m3
+  // e4m3 caches: fp32 (batch, heads_kv) factors of K and V (null otherwise).
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
+  int64_t k_descale_batch_stride = 0, k_descale_head_stride = 0;
+  int64_t v_descale_batch_stride = 0, v_descale_head_stride = 0;
   int batch = 0, seqlen_q = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
   int seqlen_new = 0;  // 0 without k_new / v_new
   int capacity = 0;    // keys one sequence's cache holds
@@ -50,6 +56,7 @@ struct DecodeProblem {
   float* o_partial = nullptr;
   float* lse_partial = nullptr;
 
+  HFA_HOST_DEVICE bool fp8_cache() const { return cache_dtype == DType::kE4M3; }
   HFA_HOST_DEVICE bool paged() const { return page_table != nullptr; }
   HFA_HOST_DEVICE int group_size() const { return heads_q / heads_kv; }
   // Query rows packed into one tile per KV head: seqlen_q tokens x the group's query heads.

@@ -16,7 +16,11 @@ inline constexpr int kDecodeMaxSplits = 256;
 // on an SM with 64 KB of loads in flight each (HBM latency x bandwidth per SM is about 20 KB).
 // d = 64 first had 64-key tiles and 3 CTAs per SM: 396 slots made batch 64 x 8 KV heads 1.3 waves,
 // and every tile's fixed costs (barrier, waits, masks) were spread over half the bytes.
-template <int D>
+//
+// An e4m3 cache (kFp8Cache) keeps the tile shape (so the split heuristic is the same) with half
+// the bytes per stage: the ring takes 4 stages (3 at d = 256), plus one tile of K and one of V in
+// q's dtype, into which each warp converts its own keys before its GEMMs.
+template <int D, bool kFp8Cache = false>
 struct DecodeShape {
   static constexpr int kHeadDim = D;
   static constexpr int kWarps = 4;
@@ -24,12 +28,16 @@ struct DecodeShape {
   static constexpr int kRows = 16;
   static constexpr int kKeysPerWarp = D == 64 ? 32 : 16;
   static constexpr int kBlockN = kKeysPerWarp * kWarps;
-  static constexpr int kStages = D == 256 ? 2 : 3;
-  static constexpr size_t kSmemBytes = size_t(kRows + 2 * kStages * kBlockN) * D * 2;
+  static constexpr int kStages = kFp8Cache ? (D == 256 ? 3 : 4) : (D == 256 ? 2 : 3);
+  static constexpr size_t kCacheElemBytes = kFp8Cache ? 1 : 2;
+  static constexpr size_t kRingBytes = 2 * kStages * kBlockN * D * kCacheElemBytes;
+  static constexpr size_t kConvertedBytes = kFp8Cache ? size_t(2) * kBlockN * D * 2 : 0;
+  static constexpr size_t kSmemBytes = size_t(kRows) * D * 2 + kRingBytes + kConvertedBytes;
   // CTAs of this shape that one H100 SM holds (227 KB of shared memory): the heuristic's wave size.
   static constexpr int kCtasPerSm = D == 256 ? 1 : 2;
-  // The warps' merge reuses the ring as scratch: 4 warps x 16 rows x (D + 8) fp32.
-  static_assert(size_t(kWarps) * kRows * (D + 8) * 4 <= size_t(2 * kStages * kBlockN) * D * 2,
+  static_assert(kCtasPerSm * kSmemBytes <= 227 * 1024, "kCtasPerSm CTAs fit on an SM");
+  // The warps' merge reuses the ring (and converted tiles) as scratch: 4 warps x 16 rows x (D + 8) fp32.
+  static_assert(size_t(kWarps) * kRows * (D + 8) * 4 <= kRingBytes + kConvertedBytes,
                 "the merge scratch fits in the K/V ring");
 };
 

@@ -144,7 +144,8 @@ hfa::DecodeArgs decode_args(const at::Tensor& q, const at::Tensor& k_cache, cons
                             const std::optional<at::Tensor>& cache_batch_idx, const at::Tensor& out,
                             const std::optional<at::Tensor>& lse, bool causal,
                             std::optional<double> softmax_scale, int64_t num_splits,
-                            const at::Device& device) {
+                            const std::optional<at::Tensor>& k_descale,
+                            const std::optional<at::Tensor>& v_descale, const at::Device& device) {
   hfa::DecodeArgs args;
   args.q = to_view(q, "q", device);
   args.k_cache = to_view(k_cache, "k_cache", device);
@@ -156,6 +157,8 @@ hfa::DecodeArgs decode_args(const at::Tensor& q, const at::Tensor& k_cache, cons
   if (cache_batch_idx) args.cache_batch_idx = to_view(*cache_batch_idx, "cache_batch_idx", device);
   args.out = to_view(out, "out", device);
   if (lse) args.lse = to_view(*lse, "lse", device);
+  if (k_descale) args.k_descale = to_view(*k_descale, "k_descale", device);
+  if (v_descale) args.v_descale = to_view(*v_descale, "v_descale", device);
   args.causal = causal;
   if (softmax_scale) args.softmax_scale = static_cast<float>(*softmax_scale);
   args.num_splits = static_cast<int>(num_splits);
@@ -168,14 +171,15 @@ std::tuple<int64_t, int64_t> plan_decode(const at::Tensor& q, const at::Tensor& 
                                          std::optional<at::Tensor> v, const at::Tensor& cache_seqlens,
                                          std::optional<at::Tensor> page_table,
                                          std::optional<at::Tensor> cache_batch_idx, bool causal,
-                                         int64_t num_splits) {
+                                         int64_t num_splits, std::optional<at::Tensor> k_descale,
+                                         std::optional<at::Tensor> v_descale) {
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
   const at::Tensor out = at::empty_like(q);
   hfa::DecodePlan plan;
   throw_if_error(hfa::plan_decode(decode_args(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                               cache_batch_idx, out, std::nullopt, causal,
-                                              std::nullopt, num_splits, device),
+                                              std::nullopt, num_splits, k_descale, v_descale, device),
                                   &plan));
   return {plan.num_splits, static_cast<int64_t>(plan.workspace_bytes)};
 }
@@ -187,12 +191,13 @@ void decode(const at::Tensor& q, at::Tensor& k_cache, at::Tensor& v_cache,
             std::optional<at::Tensor> k, std::optional<at::Tensor> v, const at::Tensor& cache_seqlens,
             std::optional<at::Tensor> page_table, std::optional<at::Tensor> cache_batch_idx,
             at::Tensor& out, at::Tensor& lse, bool causal, std::optional<double> softmax_scale,
-            int64_t num_splits, at::Tensor& workspace) {
+            int64_t num_splits, at::Tensor& workspace, std::optional<at::Tensor> k_descale,
+            std::optional<at::Tensor> v_descale) {
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
   const hfa::DecodeArgs args = decode_args(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                            cache_batch_idx, out, lse, causal, softmax_scale,
-                                           num_splits, device);
+                                           num_splits, k_descale, v_descale, device);
   // The plan is rebuilt from the shapes (host only); what the caller planned fixed num_splits.
   hfa::DecodePlan plan;
   throw_if_error(hfa::plan_decode(args, &plan));
