@@ -189,6 +189,11 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1>::kThreads)
     else
       return cache_row * outer_stride + static_cast<int64_t>(j) * row_stride;
   };
+  // e4m3: the ring's shared-window address, opaque to the compiler. Left to fold the linear
+  // offsets itself, ptxas 13.0 emitted the e4m3 loop's cp.async as LDGSTS [R + UR + imm] with an
+  // uninitialized descriptor register, which the H100 rejects (illegal instruction).
+  uint32_t ring_addr = static_cast<uint32_t>(__cvta_generic_to_shared(sK));
+  asm volatile("" : "+r"(ring_addr));
   auto load_tile = [&](int tile) {
     Tc* sk = sK + (tile % kStages) * TileKV::kElems;
     Tc* sv = sV + (tile % kStages) * TileKV::kElems;
@@ -198,8 +203,14 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1>::kThreads)
       const bool valid = j < n_keys;
       const Tc* k_src = valid ? k_base + row_offset(i, j, p.k_outer_stride, p.k_row_stride) : k_base;
       const Tc* v_src = valid ? v_base + row_offset(i, j, p.v_outer_stride, p.v_row_stride) : v_base;
-      cp_async_16(sk + stage_offset(r, c), k_src + c * kChunkElems, valid, l2_policy);
-      cp_async_16(sv + stage_offset(r, c), v_src + c * kChunkElems, valid, l2_policy);
+      if constexpr (kFp8) {
+        const uint32_t k_dst = ring_addr + ((tile % kStages) * TileKV::kElems + stage_offset(r, c));
+        cp_async_16(k_dst, k_src + c * kChunkElems, valid, l2_policy);
+        cp_async_16(k_dst + kStages * TileKV::kElems, v_src + c * kChunkElems, valid, l2_policy);
+      } else {
+        cp_async_16(sk + stage_offset(r, c), k_src + c * kChunkElems, valid, l2_policy);
+        cp_async_16(sv + stage_offset(r, c), v_src + c * kChunkElems, valid, l2_policy);
+      }
     }
   };
   // Prologue: Q and the first kStages - 1 tiles, one commit group each (empty groups too, so that

@@ -46,6 +46,12 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
                "l"(gmem), "r"(src_bytes), "l"(l2_policy));
 }
+// The same with the destination as a shared-window address (what __cvta_generic_to_shared gives).
+__device__ __forceinline__ void cp_async_16(uint32_t smem_addr, const void* gmem, bool valid, uint64_t l2_policy) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem_addr),
+               "l"(gmem), "r"(src_bytes), "l"(l2_policy));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most `Pending` of this thread's committed groups are still in flight.
 template <int Pending>
