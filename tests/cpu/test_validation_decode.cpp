@@ -269,6 +269,12 @@ TEST(DecodeValidation, SplitHeuristic) {
   EXPECT_EQ(flash_decode::choose_num_splits(p, 132), 1);
   p.capacity = 16384, p.batch = 64;
   EXPECT_EQ(flash_decode::choose_num_splits(p, 132), 1);
+  // An e4m3 cache's CTAs are smaller: more of them per SM, so a wider wave to fill.
+  p.cache_dtype = DType::kE4M3, p.batch = 1, p.capacity = 65536;
+  const int fp8_slots = 132 * flash_decode::DecodeShape<128, true>::kCtasPerSm;
+  static_assert(flash_decode::DecodeShape<128, true>::kCtasPerSm > flash_decode::DecodeShape<128>::kCtasPerSm);
+  EXPECT_EQ(flash_decode::choose_num_splits(p, 132), fp8_slots / 8);
+  p.cache_dtype = DType::kBF16, p.capacity = 16384;
   p.num_splits = 0, p.batch = 1, p.capacity = 8192;
   DecodePlan plan;
   ASSERT_TRUE(plan_decode_for(p, hopper(), &plan).ok());

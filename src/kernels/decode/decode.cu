@@ -17,10 +17,14 @@ template <typename T, int D> cudaError_t launch_head_dim(const DecodeProblem&, c
 
 namespace {
 
-template <int D> constexpr int ctas_per_sm() { return DecodeShape<D>::kCtasPerSm; }
+template <int D> constexpr int ctas_per_sm(bool fp8_cache) {
+  return fp8_cache ? DecodeShape<D, true>::kCtasPerSm : DecodeShape<D>::kCtasPerSm;
+}
 
-int ctas_per_sm(int head_dim) {
-  return head_dim == 64 ? ctas_per_sm<64>() : head_dim == 128 ? ctas_per_sm<128>() : ctas_per_sm<256>();
+int ctas_per_sm(int head_dim, bool fp8_cache) {
+  return head_dim == 64    ? ctas_per_sm<64>(fp8_cache)
+         : head_dim == 128 ? ctas_per_sm<128>(fp8_cache)
+                           : ctas_per_sm<256>(fp8_cache);
 }
 
 template <int D> constexpr int block_n() { return DecodeShape<D>::kBlockN; }
@@ -53,7 +57,7 @@ long long waves_split(long long ctas, long long slots, long long tiles) {
 int choose_num_splits(const DecodeProblem& p, int sm_count) {
   const long long m_blocks = (p.packed_rows() + DecodeShape<64>::kRows - 1) / DecodeShape<64>::kRows;
   const long long ctas = static_cast<long long>(p.batch) * p.heads_kv * m_blocks;
-  const long long slots = static_cast<long long>(std::max(sm_count, 1)) * ctas_per_sm(p.head_dim);
+  const long long slots = static_cast<long long>(std::max(sm_count, 1)) * ctas_per_sm(p.head_dim, p.fp8_cache());
   if (ctas == 0) return 1;
   const long long tiles = (static_cast<long long>(p.capacity) + block_n(p.head_dim) - 1) / block_n(p.head_dim);
   if (ctas >= slots) return waves_split(ctas, slots, tiles);

@@ -16,8 +16,8 @@
 // with the page indices read a tile ahead).
 // An e4m3 cache (Tc = __nv_fp8_storage_t, q bf16/fp16) streams half the bytes: its tiles land in
 // the ring as plain rows of bytes, and each warp converts its own keys (exactly) into a tile of q's
-// dtype that its GEMMs read as they read a bf16/fp16 cache's tile; k_descale folds into the
-// softmax scale and v_descale into the output's normalization.
+// dtype that its GEMMs read as they read a bf16/fp16 cache's tile (K first, then V into the same
+// rows); k_descale folds into the softmax scale and v_descale into the output's normalization.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -100,7 +100,8 @@ __device__ __forceinline__ void wait_for_prerequisite_grid() {
 
 // T: q's and out's dtype; Tc: the cache's (T, or __nv_fp8_storage_t for e4m3).
 template <typename T, typename Tc, int D, bool kPaged>
-__global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1>::kThreads)
+__global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1>::kThreads,
+                                  DecodeShape<D, sizeof(Tc) == 1>::kCtasPerSm)
     decode_split_kernel(DecodeProblem p) {
   constexpr bool kFp8 = sizeof(Tc) == 1;
   static_assert(kFp8 || std::is_same_v<T, Tc>, "a bf16/fp16 cache has q's dtype");
@@ -116,9 +117,8 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1>::kThreads)
   // layout; e4m3: rows of D bytes, read only by the conversion).
   Tc* sK = reinterpret_cast<Tc*>(sQ + TileQ::kElems);
   Tc* sV = sK + kStages * TileKV::kElems;
-  // e4m3: the tiles of K and V in T that the GEMMs read (each warp converts its own keys).
-  T* sKc = reinterpret_cast<T*>(sV + kStages * TileKV::kElems);
-  T* sVc = sKc + TileKV::kElems;
+  // e4m3: the tile in T that the GEMMs read: each warp converts its own keys of K, then of V.
+  T* sConverted = reinterpret_cast<T*>(sV + kStages * TileKV::kElems);
 
   const int rows_total = p.packed_rows();
   const int m_blocks = ceil_div(rows_total, kRows);
@@ -259,11 +259,10 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1>::kThreads)
 
     const T* sKt;
     const T* sVt;
-    if constexpr (kFp8) {  // this warp's keys of the staged tile, converted to T
-      convert_e4m3_keys<T, TileKV, D, kKeysPerWarp>(sKc, sK + (t % kStages) * TileKV::kElems, key0, lane);
-      convert_e4m3_keys<T, TileKV, D, kKeysPerWarp>(sVc, sV + (t % kStages) * TileKV::kElems, key0, lane);
+    if constexpr (kFp8) {  // this warp's keys of K, converted to T (V follows after S)
+      convert_e4m3_keys<T, TileKV, D, kKeysPerWarp>(sConverted, sK + (t % kStages) * TileKV::kElems, key0, lane);
       __syncwarp();  // the warp's ldmatrix reads other lanes' conversions
-      sKt = sKc, sVt = sVc;
+      sKt = sVt = sConverted;
     } else {
       sKt = sK + (t % kStages) * TileKV::kElems;
       sVt = sV + (t % kStages) * TileKV::kElems;
@@ -279,7 +278,12 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1>::kThreads)
       for_each_fragment_element<1, kKeysPerWarp / 8>([&](int, int nt, int i) {
         if (k0 + key0 + 8 * nt + 2 * q + i % 2 >= row_end[i / 2]) s[0][nt][i] = -INFINITY;
       });
+    if constexpr (kFp8) {  // K's rows are read (S is in registers): V replaces them
+      __syncwarp();
+      convert_e4m3_keys<T, TileKV, D, kKeysPerWarp>(sConverted, sV + (t % kStages) * TileKV::kElems, key0, lane);
+    }
     online_softmax_tile(s, row_max, row_sum, o, factor);
+    if constexpr (kFp8) __syncwarp();
 
     const LaneOffsets<TileKV, FragmentKind::kBPairTrans> v_off(sVt, key0, 0);
 #pragma unroll
