@@ -270,10 +270,12 @@ TEST(DecodeValidation, SplitHeuristic) {
   p.capacity = 16384, p.batch = 64;
   EXPECT_EQ(flash_decode::choose_num_splits(p, 132), 1);
   // An e4m3 cache's CTAs are smaller: more of them per SM, so a wider wave to fill.
-  p.cache_dtype = DType::kE4M3, p.batch = 1, p.capacity = 65536;
-  const int fp8_slots = 132 * flash_decode::DecodeShape<128, true>::kCtasPerSm;
-  static_assert(flash_decode::DecodeShape<128, true>::kCtasPerSm > flash_decode::DecodeShape<128>::kCtasPerSm);
+  // (The paged e4m3 shape at d = 128; p has no page table, so point it at one.)
+  p.cache_dtype = DType::kE4M3, p.batch = 1, p.capacity = 65536, p.page_table = g_table;
+  const int fp8_slots = 132 * flash_decode::DecodeShape<128, true, true>::kCtasPerSm;
+  static_assert(flash_decode::DecodeShape<128, true, true>::kCtasPerSm > flash_decode::DecodeShape<128>::kCtasPerSm);
   EXPECT_EQ(flash_decode::choose_num_splits(p, 132), fp8_slots / 8);
+  p.page_table = nullptr;
   p.cache_dtype = DType::kBF16, p.capacity = 16384;
   p.num_splits = 0, p.batch = 1, p.capacity = 8192;
   DecodePlan plan;

@@ -17,21 +17,25 @@ template <typename T, int D> cudaError_t launch_head_dim(const DecodeProblem&, c
 
 namespace {
 
-template <int D> constexpr int ctas_per_sm(bool fp8_cache) {
-  return fp8_cache ? DecodeShape<D, true>::kCtasPerSm : DecodeShape<D>::kCtasPerSm;
+// A field of the problem's shape (DecodeShape<D, e4m3 cache, paged>), read through `get`.
+template <int D, class Get> constexpr auto shape_field(const DecodeProblem& p, Get get) {
+  if (p.fp8_cache())
+    return p.paged() ? get(DecodeShape<D, true, true>{}) : get(DecodeShape<D, true, false>{});
+  return get(DecodeShape<D>{});
+}
+template <class Get> auto shape_field(const DecodeProblem& p, Get get) {
+  return p.head_dim == 64    ? shape_field<64>(p, get)
+         : p.head_dim == 128 ? shape_field<128>(p, get)
+                             : shape_field<256>(p, get);
 }
 
-int ctas_per_sm(int head_dim, bool fp8_cache) {
-  return head_dim == 64    ? ctas_per_sm<64>(fp8_cache)
-         : head_dim == 128 ? ctas_per_sm<128>(fp8_cache)
-                           : ctas_per_sm<256>(fp8_cache);
+int ctas_per_sm(const DecodeProblem& p) {
+  return shape_field(p, [](auto shape) { return decltype(shape)::kCtasPerSm; });
+}
+int block_n(const DecodeProblem& p) {
+  return shape_field(p, [](auto shape) { return decltype(shape)::kBlockN; });
 }
 
-template <int D> constexpr int block_n() { return DecodeShape<D>::kBlockN; }
-
-int block_n(int head_dim) {
-  return head_dim == 64 ? block_n<64>() : head_dim == 128 ? block_n<128>() : block_n<256>();
-}
 
 // A split gets at least this many key tiles: fewer leave its pipeline mostly filling and draining,
 // and its partial result costs the combine as much as a long one.
@@ -57,9 +61,10 @@ long long waves_split(long long ctas, long long slots, long long tiles) {
 int choose_num_splits(const DecodeProblem& p, int sm_count) {
   const long long m_blocks = (p.packed_rows() + DecodeShape<64>::kRows - 1) / DecodeShape<64>::kRows;
   const long long ctas = static_cast<long long>(p.batch) * p.heads_kv * m_blocks;
-  const long long slots = static_cast<long long>(std::max(sm_count, 1)) * ctas_per_sm(p.head_dim, p.fp8_cache());
+  const long long slots = static_cast<long long>(std::max(sm_count, 1)) * ctas_per_sm(p);
   if (ctas == 0) return 1;
-  const long long tiles = (static_cast<long long>(p.capacity) + block_n(p.head_dim) - 1) / block_n(p.head_dim);
+  const int tile_keys = block_n(p);
+  const long long tiles = (static_cast<long long>(p.capacity) + tile_keys - 1) / tile_keys;
   if (ctas >= slots) return waves_split(ctas, slots, tiles);
   // Whole waves: the most splits whose CTAs all fit in one wave (rounding up would start a
   // second, mostly empty wave: at batch 8, 5 splits made 320 CTAs for 264 slots).
@@ -75,8 +80,10 @@ size_t workspace_bytes(const DecodeProblem& p) {
 }
 
 size_t smem_bytes(int head_dim, bool fp8_cache) {
-#define HFA_DECODE_SMEM(D) \
-  if (head_dim == D) return fp8_cache ? DecodeShape<D, true>::kSmemBytes : DecodeShape<D>::kSmemBytes;
+#define HFA_DECODE_SMEM(D)                                                                       \
+  if (head_dim == D)                                                                             \
+    return fp8_cache ? std::max(DecodeShape<D, true, false>::kSmemBytes, DecodeShape<D, true, true>::kSmemBytes) \
+                     : DecodeShape<D>::kSmemBytes;
   HFA_FOR_EACH_HEAD_DIM(HFA_DECODE_SMEM)
 #undef HFA_DECODE_SMEM
   return 0;

@@ -17,8 +17,9 @@ int choose_num_splits(const DecodeProblem& p, int sm_count);
 // Bytes of fp32 partial O and LSE for p.num_splits splits (0 for one split).
 size_t workspace_bytes(const DecodeProblem& p);
 
-// Shared memory one CTA of the split kernel takes for this head dim and cache (bf16/fp16 or e4m3)
-// (0 for a head dim this build does not instantiate).
+// Shared memory one CTA of the split kernel takes for this head dim and cache (bf16/fp16 or e4m3;
+// the larger of the contiguous and paged shapes) (0 for a head dim this build does not
+// instantiate).
 size_t smem_bytes(int head_dim, bool fp8_cache);
 
 // Launches the append (with k_new / v_new), the split kernel and, with several splits, the

@@ -100,12 +100,12 @@ __device__ __forceinline__ void wait_for_prerequisite_grid() {
 
 // T: q's and out's dtype; Tc: the cache's (T, or __nv_fp8_storage_t for e4m3).
 template <typename T, typename Tc, int D, bool kPaged>
-__global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1>::kThreads,
-                                  DecodeShape<D, sizeof(Tc) == 1>::kCtasPerSm)
+__global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged>::kThreads,
+                                  DecodeShape<D, sizeof(Tc) == 1, kPaged>::kCtasPerSm)
     decode_split_kernel(DecodeProblem p) {
   constexpr bool kFp8 = sizeof(Tc) == 1;
   static_assert(kFp8 || std::is_same_v<T, Tc>, "a bf16/fp16 cache has q's dtype");
-  using Shape = DecodeShape<D, kFp8>;
+  using Shape = DecodeShape<D, kFp8, kPaged>;
   constexpr int kBlockN = Shape::kBlockN, kRows = Shape::kRows, kStages = Shape::kStages;
   constexpr int kThreads = Shape::kThreads, kKeysPerWarp = Shape::kKeysPerWarp;
   constexpr int kOTiles = D / 8;

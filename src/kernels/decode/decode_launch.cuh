@@ -31,7 +31,7 @@ inline cudaError_t device_major(int device, DeviceOnce& once, int* major) {
 // T: q's dtype; Tc: the cache's (T, or __nv_fp8_storage_t for e4m3).
 template <typename T, typename Tc, int D, bool kPaged>
 cudaError_t launch_policy(const DecodeProblem& p, cudaStream_t stream) {
-  using Shape = DecodeShape<D, sizeof(Tc) == 1>;
+  using Shape = DecodeShape<D, sizeof(Tc) == 1, kPaged>;
   if (p.seqlen_new > 0) {
     const int chunks = p.seqlen_new * p.heads_kv * static_cast<int>(D * sizeof(Tc) / 16);
     decode_append_kernel<Tc, D, kPaged><<<dim3(ceil_div(chunks, 128), p.batch), 128, 0, stream>>>(p);

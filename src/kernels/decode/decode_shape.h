@@ -17,27 +17,30 @@ inline constexpr int kDecodeMaxSplits = 256;
 // d = 64 first had 64-key tiles and 3 CTAs per SM: 396 slots made batch 64 x 8 KV heads 1.3 waves,
 // and every tile's fixed costs (barrier, waits, masks) were spread over half the bytes.
 //
-// An e4m3 cache (kFp8Cache) keeps the tile shape with half the bytes per stage, and adds one tile
-// in q's dtype into which each warp converts its own keys of K (for S = Q K^T), then of V (for
-// P V). Its CTAs do twice the math per byte loaded: 3 stages (2 at d = 256) leave room for 3 CTAs
-// per SM (2 at d = 256), more warps to hide the conversion's latency. The first version (4 / 3
-// stages, separate K and V tiles, 2 / 1 CTAs per SM) reached 2.58 TB/s-equivalent at batch 64 x
-// 16k (d = 128) against the bf16 cache's 3.04.
-template <int D, bool kFp8Cache = false>
+// An e4m3 cache (kFp8Cache) adds one tile in q's dtype into which each warp converts its own keys
+// of K (for S = Q K^T), then of V (for P V); its CTAs do twice the math per byte loaded. Measured
+// at d = 128 (docs/WORKLOG.md, "e4m3 caches"): the first version (64-key tiles, 4 stages, separate
+// K and V tiles, 2 CTAs per SM) reached 2.58 TB/s-equivalent at batch 64 x 16k against the bf16
+// cache's 3.04; one converted tile, 3 stages and 3 CTAs per SM (more warps to hide the
+// conversion) 2.69, and best for the paged cache (2.53); 128-key tiles, 2 stages, 2 CTAs per SM
+// 2.86 contiguous but 2.40 paged. So the contiguous cache at d = 128 takes 128-key tiles and
+// everything else 3 CTAs per SM (2 at d = 256, 2 stages).
+template <int D, bool kFp8Cache = false, bool kPaged = false>
 struct DecodeShape {
   static constexpr int kHeadDim = D;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = 16;
-  static constexpr int kKeysPerWarp = D == 64 ? 32 : 16;
+  static constexpr bool kWideFp8 = kFp8Cache && D == 128 && !kPaged;  // 128-key e4m3 tiles
+  static constexpr int kKeysPerWarp = (D == 64 || kWideFp8) ? 32 : 16;
   static constexpr int kBlockN = kKeysPerWarp * kWarps;
-  static constexpr int kStages = D == 256 ? 2 : 3;
+  static constexpr int kStages = (D == 256 || kWideFp8) ? 2 : 3;
   static constexpr size_t kCacheElemBytes = kFp8Cache ? 1 : 2;
   static constexpr size_t kRingBytes = 2 * kStages * kBlockN * D * kCacheElemBytes;
   static constexpr size_t kConvertedBytes = kFp8Cache ? size_t(kBlockN) * D * 2 : 0;
   static constexpr size_t kSmemBytes = size_t(kRows) * D * 2 + kRingBytes + kConvertedBytes;
   // CTAs of this shape that one H100 SM holds (227 KB of shared memory): the heuristic's wave size.
-  static constexpr int kCtasPerSm = kFp8Cache ? (D == 256 ? 2 : 3) : (D == 256 ? 1 : 2);
+  static constexpr int kCtasPerSm = kFp8Cache ? (D == 256 || kWideFp8 ? 2 : 3) : (D == 256 ? 1 : 2);
   // (1 KB per CTA is the system's, and ~0.5 KB the kernel's static arrays.)
   static_assert(kCtasPerSm * (kSmemBytes + 1536) <= 228 * 1024, "kCtasPerSm CTAs fit on an SM");
   // The warps' merge reuses the ring (and converted tiles) as scratch: 4 warps x 16 rows x (D + 8) fp32.
