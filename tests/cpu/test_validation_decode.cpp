@@ -265,7 +265,7 @@ TEST(DecodeValidation, SplitHeuristic) {
   p.heads_kv = 12, p.heads_q = 12, p.batch = 25;  // 300 CTAs: 1.14 waves; 3 splits fill 0.85
   EXPECT_EQ(flash_decode::choose_num_splits(p, 132), 3);
   p.heads_kv = 8, p.heads_q = 32, p.batch = 1;
-  p.capacity = 256;  // 4 tiles: no room for more than one split of kMinTilesPerSplit tiles
+  p.capacity = 256;  // 4 tiles: no room for more than one split of DecodeShape::kMinTilesPerSplit tiles
   EXPECT_EQ(flash_decode::choose_num_splits(p, 132), 1);
   p.capacity = 16384, p.batch = 64;
   EXPECT_EQ(flash_decode::choose_num_splits(p, 132), 1);

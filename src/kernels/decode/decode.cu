@@ -35,23 +35,22 @@ int ctas_per_sm(const DecodeProblem& p) {
 int block_n(const DecodeProblem& p) {
   return shape_field(p, [](auto shape) { return decltype(shape)::kBlockN; });
 }
-
-
-// A split gets at least this many key tiles: fewer leave its pipeline mostly filling and draining,
-// and its partial result costs the combine as much as a long one.
-constexpr int kMinTilesPerSplit = 4;
+// The fewest key tiles a split gets (DecodeShape::kMinTilesPerSplit).
+int min_tiles_per_split(const DecodeProblem& p) {
+  return shape_field(p, [](auto shape) { return decltype(shape)::kMinTilesPerSplit; });
+}
 
 // With a wave or more of CTAs, one split unless the last wave would run mostly empty: then the
 // split count (up to 4) whose CTAs fill their waves best, each step 10% better. Batch 64 x 8 KV
 // heads at d = 128 is 512 CTAs, 1.94 waves of 264 slots: one split. 300 CTAs would be 1.14 waves
 // (0.57 full); 3 splits make 900 CTAs in 3.4 waves (0.85 full), for a combine over 3 splits.
-long long waves_split(long long ctas, long long slots, long long tiles) {
+long long waves_split(long long ctas, long long slots, long long tiles, int min_tiles) {
   auto fill = [&](long long splits) {
     const long long n = ctas * splits;
     return static_cast<double>(n) / (static_cast<double>((n + slots - 1) / slots) * slots);
   };
   long long best = 1;
-  for (long long splits = 2; splits <= 4 && splits * kMinTilesPerSplit <= tiles; ++splits)
+  for (long long splits = 2; splits <= 4 && splits * min_tiles <= tiles; ++splits)
     if (fill(splits) > 1.1 * fill(best)) best = splits;
   return best;
 }
@@ -65,11 +64,12 @@ int choose_num_splits(const DecodeProblem& p, int sm_count) {
   if (ctas == 0) return 1;
   const int tile_keys = block_n(p);
   const long long tiles = (static_cast<long long>(p.capacity) + tile_keys - 1) / tile_keys;
-  if (ctas >= slots) return waves_split(ctas, slots, tiles);
+  const int min_tiles = min_tiles_per_split(p);
+  if (ctas >= slots) return waves_split(ctas, slots, tiles, min_tiles);
   // Whole waves: the most splits whose CTAs all fit in one wave (rounding up would start a
   // second, mostly empty wave: at batch 8, 5 splits made 320 CTAs for 264 slots).
   long long splits = slots / ctas;
-  splits = std::min(splits, std::max(1LL, tiles / kMinTilesPerSplit));
+  splits = std::min(splits, std::max(1LL, tiles / min_tiles));
   return static_cast<int>(std::clamp(splits, 1LL, static_cast<long long>(kDecodeMaxSplits)));
 }
 
