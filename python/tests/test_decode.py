@@ -62,6 +62,7 @@ def test_matches_sdpa_math(case):
             torch.testing.assert_close(ki[0, int(lens[i]):], k[i], rtol=0, atol=0)
             torch.testing.assert_close(vi[0, int(lens[i]):], v[i], rtol=0, atol=0)
             torch.testing.assert_close(ki[0, : int(lens[i])], gather(kc_before, i, int(lens[i])), rtol=0, atol=0)
+            torch.testing.assert_close(vi[0, : int(lens[i])], gather(vc_before, i, int(lens[i])), rtol=0, atol=0)
         qi = q[i : i + 1]
         ref = sdpa_math(qi.double(), ki.double(), vi.double(), causal, scale)
         base = straightforward(qi, ki, vi, causal, scale).double()

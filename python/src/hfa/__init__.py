@@ -15,7 +15,10 @@ import torch
 from . import _C  # the compiled binding; loads libhfa.so shipped next to it
 
 __all__ = ["attention", "attention_with_kvcache", "plan_decode", "DecodePlan", "quantize_fp8",
-           "Fp8Inputs", "list_kernels", "list_backward_kernels", "select_kernel"]
+           "Fp8Inputs", "list_kernels", "list_backward_kernels", "select_kernel",
+           # FlashAttention-3's functions (flash_attn_interface.py, imported at the end)
+           "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
+           "flash_attn_with_kvcache"]
 
 
 def _check_rank(q: torch.Tensor) -> None:
@@ -311,3 +314,8 @@ def list_backward_kernels() -> List[dict]:
 def select_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> str:
     """The kernel that kernel="auto" runs for these arguments on q's device."""
     return _C.select_kernel(q, k, v, torch.empty_like(q), causal)
+
+
+# FlashAttention-3's Python API on the functions above (after them: the module imports them).
+from .flash_attn_interface import (flash_attn_func, flash_attn_qkvpacked_func,  # noqa: E402
+                                   flash_attn_varlen_func, flash_attn_with_kvcache)
