@@ -5,6 +5,8 @@ For the DESIGN.md sweep (s = 512..16384, batch = 16384/s, heads = 2048/d, d in {
 causal in {0,1}) times, per configuration and interleaved so that clock drift hits all alike:
   - the hfa kernels named by --kernels (e.g. k1,k2,auto)
   - torch SDPA with the cuDNN backend ("cudnn") and with the FLASH backend ("torch_flash", FA2)
+  - FlashAttention-3's forward ("fa3", flash_attn_func of the fa3_fwd wheel; forward only: with
+    --bwd or --step its rows say it cannot run)
   - once per run, the cuBLAS bf16 GEMM 8192^3 ceiling ("cublas_gemm")
 Writes a table (each hfa kernel's TFLOPS and its ratios to cudnn and torch_flash), JSON in the
 DESIGN.md schema, and PNG plots (TFLOPS vs seqlen, one line per implementation, one panel per
@@ -39,6 +41,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import hfa
 
 PEERS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "torch_flash": SDPBackend.FLASH_ATTENTION}
+FA3 = "fa3"  # FlashAttention-3's own Hopper forward, from the fa3_fwd wheel
+
+
+def fa3_available():
+    import importlib.util
+    return importlib.util.find_spec("fa3_fwd_interface") is not None
 
 
 def add_timer_args(ap, max_seconds):
@@ -135,6 +143,12 @@ def bench_config(c, impls, dtype, timer, kind="fwd", deterministic=False):
             def fwd(impl=impl):
                 with sdpa_kernel(PEERS[impl]):
                     return F.scaled_dot_product_attention(qt, kt, vt, is_causal=c["causal"]).transpose(1, 2)
+        elif impl == FA3:
+            def fwd():
+                if kind != "fwd":
+                    raise NotImplementedError("fa3: the fa3_fwd wheel has FlashAttention-3's forward only")
+                from fa3_fwd_interface import flash_attn_func
+                return flash_attn_func(q, k, v, causal=c["causal"])
         else:
             label = hfa_label(impl, kind, deterministic)
 
@@ -174,7 +188,7 @@ def print_table(rows, kernels, kind="fwd"):
         print(f"cublas_gemm bf16 8192^3: {gemm['tflops']:.1f} TFLOPS")
     impls = [i for i in dict.fromkeys(r["impl"] for r in rows) if i != "cublas_gemm"]
     head = f"{'d':>4} {'causal':>6} {'seqlen':>6} " + " ".join(f"{i:>11}" for i in impls)
-    bases = [b for b in PEERS if b in impls]
+    bases = [b for b in list(PEERS) + [FA3] if b in impls]
     head += "".join(f" {k + '/' + b:>18}" for k in kernels for b in bases)
     print(f"{kind}:")
     print(head)
@@ -252,7 +266,8 @@ def write_run_json(path, rows):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels", default="auto", help="comma-separated hfa kernels (see hfa.list_kernels()); with --bwd or --step backward kernels (hfa.list_backward_kernels())")
-    ap.add_argument("--peers", default="cudnn,torch_flash,cublas_gemm")
+    ap.add_argument("--peers", default="cudnn,torch_flash,cublas_gemm",
+                    help="comma-separated: cudnn, torch_flash, fa3 (needs the fa3_fwd wheel), cublas_gemm")
     ap.add_argument("--headdims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
@@ -280,8 +295,11 @@ def main():
         if k not in known:
             sys.exit(f"bench_peers: unknown hfa kernel {k!r}; available: {sorted(known)}")
     for p in peers:
-        if p not in PEERS and p != "cublas_gemm":
-            sys.exit(f"bench_peers: unknown peer {p!r}; available: cudnn, torch_flash, cublas_gemm")
+        if p not in PEERS and p not in (FA3, "cublas_gemm"):
+            sys.exit(f"bench_peers: unknown peer {p!r}; available: cudnn, torch_flash, fa3, cublas_gemm")
+    if FA3 in peers and not fa3_available():
+        sys.exit("bench_peers: peer fa3 needs FlashAttention-3's fa3_fwd wheel (fa3_fwd_interface), "
+                 "not importable here")
 
     torch.manual_seed(0)
     timer = timer_from(args)
@@ -290,7 +308,7 @@ def main():
         rows.append(gemm_row(timer))
     configs = list(sweep([int(x) for x in args.headdims.split(",")],
                          [int(x) for x in args.seqlens.split(",")]))
-    attn_impls = kernels + [p for p in peers if p in PEERS]
+    attn_impls = kernels + [p for p in peers if p in PEERS or p == FA3]
     for n, c in enumerate(configs, 1):
         new = bench_config(c, attn_impls, args.dtype, timer, kind, args.deterministic)
         rows += new
