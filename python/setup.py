@@ -29,7 +29,7 @@ setup(
     # src layout: running a script from python/ (bench_peers.py) imports the installed package,
     # not this source folder.
     package_dir={"": "src"},
-    packages=["hfa"],
+    packages=["hfa", "hfa.integrations"],
     package_data={"hfa": ["libhfa.so*"]},
     ext_modules=[CUDAExtension(
         name="hfa._C",

@@ -1,0 +1,1 @@
+"""Integrations of hfa with other libraries (hfa.integrations.transformers)."""
