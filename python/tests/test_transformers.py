@@ -3,6 +3,8 @@ randomly initialised models built from configs (no download): logits of hfa in b
 fp32 SDPA model of the same weights, by the tolerance rule (error <= 2 x the error of bf16 SDPA +
 atol), with and without left padding; greedy generate() equal to bf16 SDPA's (a differing token
 must be a near-tie of the fp32 model); models that need what hfa lacks refuse by name."""
+import copy
+
 import pytest
 import torch
 
@@ -28,13 +30,14 @@ def mistral_config(sliding_window=None):
 
 
 def models(config):
-    """(fp32 SDPA reference, bf16 SDPA, bf16 hfa), the same random weights."""
+    """(fp32 SDPA reference, bf16 SDPA, bf16 hfa), the same random weights. Each model gets its own
+    copy of the config: the attention implementation is recorded in it and read at every call."""
     torch.manual_seed(0)
-    ref = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    ref = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="sdpa")
     state = ref.state_dict()
     out = [ref.to("cuda").eval()]
     for impl in ("sdpa", "hfa"):
-        m = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=impl)
+        m = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=impl)
         m.load_state_dict(state)
         out.append(m.to("cuda", torch.bfloat16).eval())
     return out
