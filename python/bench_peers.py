@@ -8,7 +8,7 @@ causal in {0,1}) times, per configuration and interleaved so that clock drift hi
   - FlashAttention-3's forward ("fa3", flash_attn_func of the fa3_fwd wheel; forward only: with
     --bwd or --step its rows say it cannot run)
   - once per run, the cuBLAS bf16 GEMM 8192^3 ceiling ("cublas_gemm")
-Writes a table (each hfa kernel's TFLOPS and its ratios to cudnn and torch_flash), JSON in the
+Writes a table (each hfa kernel's TFLOPS and its ratios to cudnn, torch_flash and fa3), JSON in the
 DESIGN.md schema, and PNG plots (TFLOPS vs seqlen, one line per implementation, one panel per
 (d, causal)). With --bwd the same for the backward pass: every implementation's gradients of
 q, k, v through torch.autograd.grad after an untimed forward (--kernels then names hfa's
