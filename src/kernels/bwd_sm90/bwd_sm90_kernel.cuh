@@ -75,18 +75,12 @@ struct BwdConfig {
 
   // The keys are M, 64 per consumer warpgroup, in S^T / dP^T (N = queries, k = d) and in dK / dV
   // (N = d, k = queries); dQ (M = queries, N = d, k = keys) splits its columns instead.
-  using WarpgroupsAlongM = cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>;
-  using WarpgroupsAlongN = cute::Layout<cute::Shape<cute::_1, cute::_2, cute::_1>>;
-  using MmaSdP = decltype(cute::make_tiled_mma(typename sm90::QkAtom<E, kBlockM, D>::type{},
-                                               WarpgroupsAlongM{}));
-  using MmadKV = decltype(cute::make_tiled_mma(
-      cute::GMMA::rs_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<D>, cute::Int<kBlockM>>,
-                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
-      WarpgroupsAlongM{}));
+  using MmaSdP = sm90::QkTiledMma<E, kBlockM, D, sm90::WarpgroupsAlongM<2>>;
+  using MmadKV = sm90::RegisterATiledMma<E, D, kBlockM, cute::GMMA::Major::MN, sm90::WarpgroupsAlongM<2>>;
   using MmadQ = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<D / 2>, cute::Int<kBlockN>>,
                                  cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
-      WarpgroupsAlongN{}));
+      sm90::WarpgroupsAlongN<2>{}));
   using Pipeline = sm90::TmaPipeline<kStages>;
   static constexpr int kDqSlabCols = DqStage<kBlockM>::kSlabCols;
   static constexpr int kSlabsPerWarpgroup = D / 2 / kDqSlabCols;

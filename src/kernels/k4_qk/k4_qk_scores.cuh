@@ -20,7 +20,7 @@ struct WgmmaScores {
   // Two warpgroups split the 64 keys of the tile: each computes a 64 x 32 slab of S.
   using TiledMma = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<E, E, float, cute::Shape<cute::_64, cute::_32, cute::Int<D>>>(),
-      cute::Layout<cute::Shape<cute::_1, cute::_2, cute::_1>>{}));
+      sm90::WarpgroupsAlongN<2>{}));
   static_assert(cute::size(TiledMma{}) == kThreads);
   static constexpr int kMinBlocksPerSm = 1;  // the S fragment and WGMMA need the registers
 

@@ -107,13 +107,8 @@ struct K7Config {
   using QLayout = sm90::TileLayout<E, kBlockM, D>;
   using KVLayout = sm90::TileLayout<E, kBlockN, D>;
   using VtLayout = sm90::TileLayout<E, D, kBlockN>;  // (head_dim, keys), keys contiguous
-  using WarpgroupsAlongM = cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>;
-  using MmaQK = decltype(cute::make_tiled_mma(typename sm90::QkAtom<E, kBlockN, D>::type{},
-                                              WarpgroupsAlongM{}));
-  using MmaPV = decltype(cute::make_tiled_mma(
-      cute::GMMA::rs_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<D>, cute::Int<kBlockN>>,
-                                 cute::GMMA::Major::K, cute::GMMA::Major::K>(),
-      WarpgroupsAlongM{}));
+  using MmaQK = sm90::QkTiledMma<E, kBlockN, D, sm90::WarpgroupsAlongM<2>>;
+  using MmaPV = sm90::RegisterATiledMma<E, D, kBlockN, cute::GMMA::Major::K, sm90::WarpgroupsAlongM<2>>;
   using Pipeline = sm90::TmaPipeline<kStages>;  // K (TMA), V (TMA), Vt (transposers' stores)
   using QPipeline = sm90::TmaPipeline<1>;
   static constexpr int kQElems = kBlockM * D, kKVElems = kBlockN * D;

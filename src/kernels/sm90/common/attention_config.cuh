@@ -16,6 +16,7 @@
 #include "kernels/sm90/common/staged_output.cuh"
 #include "kernels/sm90/common/tile_scheduler.cuh"
 #include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/common/wgmma.cuh"
 
 namespace hfa::sm90 {
 
@@ -30,6 +31,19 @@ struct QkAtom {
   static_assert(cute::size<1>(typename cute::MMA_Traits<type>::Shape_MNK{}) == N,
                 "this tile width needs an extended GMMA shape: include sm90/common/gmma_extended.cuh");
 };
+
+// S = Q K^T (or S^T = K Q^T) on Warpgroups: a (64 x N) slab per warpgroup along M, k = D.
+template <typename E, int N, int D, class Warpgroups>
+using QkTiledMma = decltype(cute::make_tiled_mma(typename QkAtom<E, N, D>::type{}, Warpgroups{}));
+
+// A GEMM whose A operand comes from registers (the softmax's P, or the backward's P^T and dS^T)
+// and whose B is read from shared memory BMajor-major: (64 x N) per warpgroup, k = K. O += P V
+// (B = V, MN-major; K-major for FP8, whose V is transposed), dV += P^T dO and dK += dS^T Q.
+template <typename E, int N, int K, cute::GMMA::Major BMajor, class Warpgroups>
+using RegisterATiledMma = decltype(cute::make_tiled_mma(
+    cute::GMMA::rs_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<N>, cute::Int<K>>,
+                               cute::GMMA::Major::K, BMajor>(),
+    Warpgroups{}));
 
 // How a kernel's O leaves: stored from registers (store_output), or staged in shared memory and
 // stored by the TMA (staged_output.cuh), in staging tiles of its own or in the K and V ring stages
@@ -62,12 +76,8 @@ struct AttentionConfig {
   using KVLayout = TileLayout<E, kBlockN, D>;
   // V^T (D, kBlockN) over V's K-major tile: element (d, n) is V(n, d). GMMA reads it MN-major.
   using VtLayout = TransposedView<KVLayout, kBlockN, D>;
-  using WarpgroupsAlongM = cute::Layout<cute::Shape<cute::Int<ConsumerWarpgroups>, cute::_1, cute::_1>>;
-  using MmaQK = decltype(cute::make_tiled_mma(typename QkAtom<E, kBlockN, D>::type{}, WarpgroupsAlongM{}));
-  using MmaPV = decltype(cute::make_tiled_mma(
-      cute::GMMA::rs_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<D>, cute::Int<kBlockN>>,
-                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
-      WarpgroupsAlongM{}));
+  using MmaQK = QkTiledMma<E, kBlockN, D, WarpgroupsAlongM<ConsumerWarpgroups>>;
+  using MmaPV = RegisterATiledMma<E, D, kBlockN, cute::GMMA::Major::MN, WarpgroupsAlongM<ConsumerWarpgroups>>;
   using Pipeline = TmaPipeline<kStages>;
   // The Q buffer as a one-stage ring: a persistent kernel (K6) releases it after a tile's last
   // Q K^T so the producer can load the next tile's Q; single-tile kernels load it once.

@@ -6,6 +6,13 @@
 
 namespace hfa::sm90 {
 
+// Where a TiledMMA puts its N warpgroups: along M (each its own 64-row slab of the output) or
+// along N (each its own columns).
+template <int N>
+using WarpgroupsAlongM = cute::Layout<cute::Shape<cute::Int<N>, cute::_1, cute::_1>>;
+template <int N>
+using WarpgroupsAlongN = cute::Layout<cute::Shape<cute::_1, cute::Int<N>, cute::_1>>;
+
 // Issues C (+)= A B as one warpgroup-wide WGMMA batch and commits it, without waiting: the
 // caller waits with warpgroup_wait<N>() (N = batches allowed to stay in flight) and then
 // fence_after_wait(c) (and a, for the RS form) before touching the registers. A and B are GMMA
