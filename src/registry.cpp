@@ -31,13 +31,17 @@ const BackwardKernelEntry* find_backward_kernel(const std::string& name) {
 
 std::vector<KernelInfo> list_backward_kernels() {
   std::vector<KernelInfo> out;
-  for (const BackwardKernelEntry& e : backward_registry()) out.push_back({e.name, e.description, e.supports});
+  for (const BackwardKernelEntry& e : backward_registry())
+    out.push_back({e.name, e.description, e.supports, false, false, e.variants.window,
+                   e.variants.softcap, e.variants.sinks});
   return out;
 }
 
 std::vector<KernelInfo> list_kernels() {
   std::vector<KernelInfo> out;
-  for (const KernelEntry& e : registry()) out.push_back({e.name, e.description, e.supports, e.fp8, e.fp8_block_scales});
+  for (const KernelEntry& e : registry())
+    out.push_back({e.name, e.description, e.supports, e.fp8, e.fp8_block_scales, e.variants.window,
+                   e.variants.softcap, e.variants.sinks});
   return out;
 }
 

@@ -9,6 +9,12 @@
 
 namespace hfa {
 
+// The score variants (ForwardArgs / BackwardArgs: window_left/right, softcap, sinks) a kernel
+// takes. The API refuses a variant, naming its argument, for a kernel that does not take it.
+struct VariantSupport {
+  bool window = false, softcap = false, sinks = false;
+};
+
 struct KernelEntry {
   std::string name;
   std::string description;  // one line, for --list
@@ -20,6 +26,7 @@ struct KernelEntry {
   // e4m3 kernels: takes block descales (k8) instead of per-(batch, KV head) ones (k7). Enforced
   // by the API before check(), like fp8.
   bool fp8_block_scales = false;
+  VariantSupport variants;  // enforced by the API before check(), like fp8
   // Ok if the kernel can run `problem` on `device`; otherwise kUnsupported with a message that
   // names the argument and the rule. Must not touch the GPU.
   Status (*check)(const FwdProblem& problem, const DeviceInfo& device) = nullptr;
@@ -37,6 +44,7 @@ struct BackwardKernelEntry {
   // Optional: this problem's priority instead of auto_priority, for a kernel measured slower than
   // another on some problems (bwd_sm90's deterministic mode at head_dim 64).
   int (*auto_priority_for)(const BwdProblem& problem) = nullptr;
+  VariantSupport variants;  // enforced by the API before check()
   Status (*check)(const BwdProblem& problem, const DeviceInfo& device) = nullptr;
   Status (*launch)(const BwdProblem& problem, const DeviceInfo& device, cudaStream_t stream) = nullptr;
 };

@@ -138,8 +138,25 @@ struct ForwardArgs {
   // (kFp8ScaleBlock = 128). Both or neither. quantize_fp8(..., block = true) writes them.
   TensorView q_block_descale, k_block_descale;
 
-  // Reserved for later versions (not accepted yet): variable-length batches (cu_seqlens), paged
-  // KV, sliding window, softcap, decode splits. They will be new fields here.
+  // Sliding window (local attention), FlashAttention's semantics: query i sees key j iff
+  //   i + (seqlen_k - seqlen_q) - window_left <= j <= i + (seqlen_k - seqlen_q) + window_right,
+  // -1 meaning unbounded on that side (both -1: no window). With causal, window_right must be -1
+  // or 0 (causal is window_right = 0); (-1, 0) is the causal mask itself. KV tiles wholly outside
+  // a query tile's window are never loaded. A row that sees no key gets O = 0, LSE = -inf.
+  int window_left = -1, window_right = -1;
+
+  // Softcap (Gemma 2): when > 0 the scores become softcap * tanh(softmax_scale * q.k / softcap)
+  // before the softmax (softmax_scale applies inside the tanh). 0: off. Finite, >= 0.
+  float softcap = 0.f;
+
+  // Attention sinks (gpt-oss): optional fp32 (heads_q), any stride, one learned logit per query
+  // head added to each row's softmax denominator (not to the output):
+  //   O_i = sum_j exp(s_ij) V_j / (exp(sinks[h]) + sum_j exp(s_ij)),  s_ij the scaled score,
+  // and LSE the log of that denominator (so a row that sees no key gets O = 0, LSE = sinks[h]).
+  TensorView sinks;
+
+  // Reserved for later versions (not accepted yet): variable-length batches (cu_seqlens). They
+  // will be new fields here.
 };
 
 // Runs attention forward on `stream`. Asynchronous like a kernel launch: returns after the launch.
@@ -288,6 +305,13 @@ struct BackwardArgs {
   std::optional<float> softmax_scale;
   // Must be what the forward used (same bottom-right alignment).
   bool causal = false;
+  // Must be what the forward used (ForwardArgs::window_left, window_right, softcap, sinks).
+  int window_left = -1, window_right = -1;
+  float softcap = 0.f;
+  TensorView sinks;
+  // Optional with sinks (refused without): fp32 (heads_q), any stride, written: dL/dsinks, the
+  // sum over batch and rows of -exp(sinks[h] - LSE_i) * rowsum(dout_i * out_i).
+  TensorView dsinks;
   // A name from list_backward_kernels(), or "auto": bwd_sm90 on Hopper (head_dim 64 and 128;
   // deterministic: 128 only), fa2 at head_dim 256, deterministic at 64, and on other GPUs.
   std::string kernel = "auto";
@@ -317,6 +341,9 @@ struct KernelInfo {
   bool fp8 = false;         // takes e4m3 Q/K/V (and only those); the others take bf16/fp16
   // fp8 kernels: takes q_block_descale/k_block_descale (k8) instead of q_descale/k_descale (k7).
   bool fp8_block_scales = false;
+  // Takes ForwardArgs::window_left/right, softcap, sinks (BackwardArgs's for backward kernels).
+  // A kernel without them refuses such arguments by name.
+  bool window = false, softcap = false, sinks = false;
 };
 
 // Every kernel this build contains, in the order of the ladder.

@@ -99,8 +99,6 @@ def _qkv():
 
 
 @pytest.mark.parametrize("name, kwargs", [
-    ("window_size", dict(window_size=(128, 0))),
-    ("softcap", dict(softcap=30.0)),
     ("qv", dict(qv=torch.zeros(1))),
     ("attention_chunk", dict(attention_chunk=64)),
     ("num_splits", dict(num_splits=4)),

@@ -3,8 +3,10 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
+#include <utility>
 
 #include "common/status_util.h"
 
@@ -138,6 +140,47 @@ Status check_descales(const ForwardArgs& a, int64_t heads_kv, FwdProblem* r) {
   return Status::Ok();
 }
 
+// The score variants (ForwardArgs::window_left/right, softcap, sinks): their rules, and their
+// normalized form in r (problem.h). Needs r's sizes.
+Status check_variants(const ForwardArgs& a, FwdProblem* r) {
+  for (const auto& [value, name] : {std::pair{a.window_left, "window_left"},
+                                    std::pair{a.window_right, "window_right"}})
+    if (value < -1)
+      return make_error(kInvalid, "%s: %d; must be -1 (unbounded) or >= 0", name, value);
+  if (a.causal && a.window_right > 0)
+    return make_error(kInvalid, "window_right: %d with causal; causal attention is window_right = 0 "
+                      "(give -1 or 0, or causal = false)", a.window_right);
+  int left = a.window_left, right = a.causal ? 0 : a.window_right;
+  r->causal = a.causal;
+  if (left == -1 && right == 0) {
+    r->causal = true;  // the causal mask itself
+  } else if (left != -1 || right != -1) {
+    if (static_cast<int64_t>(r->seqlen_q) + r->seqlen_k >= FwdProblem::kUnboundedWindow)
+      return make_error(kInvalid, "window_left: seqlen_q + seqlen_k is %lld; a sliding window needs "
+                        "it below 2^30", static_cast<long long>(r->seqlen_q) + r->seqlen_k);
+    auto bound = [](int w) { return w == -1 ? FwdProblem::kUnboundedWindow : std::min(w, FwdProblem::kUnboundedWindow); };
+    r->local = true;
+    r->causal = false;
+    r->window_left = bound(left);
+    r->window_right = bound(right);
+  }
+  if (!std::isfinite(a.softcap) || a.softcap < 0.f)
+    return make_error(kInvalid, "softcap: %g; must be finite and >= 0 (0: off)",
+                      static_cast<double>(a.softcap));
+  r->softcap = a.softcap;
+  if (given(a.sinks)) {
+    HFA_RETURN_IF_ERROR(check_tensor(a.sinks, "sinks", 1, "(heads_q)"));
+    if (a.sinks.dtype != DType::kFP32)
+      return make_error(kInvalid, "sinks: dtype %s; sinks must be fp32", to_string(a.sinks.dtype));
+    if (a.sinks.shape[0] != r->heads_q)
+      return make_error(kInvalid, "sinks: shape %s; expected (heads_q) = (%d)",
+                        shape_string(a.sinks).c_str(), r->heads_q);
+    r->sinks = static_cast<const float*>(a.sinks.data);
+    r->sinks_stride = a.sinks.stride[0];
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool is_empty(const FwdProblem& p) { return p.batch == 0 || p.seqlen_q == 0; }
@@ -216,7 +259,7 @@ Status normalize_forward(const ForwardArgs& args, FwdProblem* p) {
     r.lse_row_stride = args.lse.stride[2];
   }
   r.softmax_scale = scale;
-  r.causal = args.causal;
+  HFA_RETURN_IF_ERROR(check_variants(args, &r));
   *p = r;
   return Status::Ok();
 }
@@ -331,10 +374,38 @@ int auto_priority_of(const BackwardKernelEntry& e, const BwdProblem& p) {
   return e.auto_priority_for ? e.auto_priority_for(p) : e.auto_priority;
 }
 
+const FwdProblem& forward_of(const FwdProblem& p) { return p; }
+const FwdProblem& forward_of(const BwdProblem& p) { return p.fwd; }
+
+// A kernel takes the score variants it declares (KernelEntry::variants) and refuses the others
+// by the argument's name, listing the kernels that take it.
+template <class Entry>
+Status check_variants_supported(const Entry& e, const FwdProblem& p,
+                                const std::vector<Entry>& entries) {
+  struct Variant { bool used; bool VariantSupport::*supported; const char* arg; const char* what; };
+  const Variant variants[] = {
+      {p.local, &VariantSupport::window, "window_left", "sliding windows"},
+      {p.softcap > 0.f, &VariantSupport::softcap, "softcap", "softcap"},
+      {p.sinks != nullptr, &VariantSupport::sinks, "sinks", "attention sinks"}};
+  for (const Variant& v : variants) {
+    if (!v.used || e.variants.*v.supported) continue;
+    std::string others;
+    for (const Entry& k : entries)
+      if (k.variants.*v.supported) others += (others.empty() ? "" : ", ") + k.name;
+    return make_error(StatusCode::kUnsupported, "%s: kernel \"%s\" does not support %s (kernels that "
+                      "do: %s)", v.arg, e.name.c_str(), v.what,
+                      others.empty() ? "none in this build" : others.c_str());
+  }
+  return Status::Ok();
+}
+const std::vector<KernelEntry>& entries_of(const KernelEntry&) { return registry(); }
+const std::vector<BackwardKernelEntry>& entries_of(const BackwardKernelEntry&) { return backward_registry(); }
+
 template <class Entry, class Problem>
 Status check_entry(const Entry& e, const Problem& problem, const DeviceInfo& device) {
   HFA_RETURN_IF_ERROR(check_input_dtype(e, problem));
   HFA_RETURN_IF_ERROR(check_fp8_scales(e, problem));
+  HFA_RETURN_IF_ERROR(check_variants_supported(e, forward_of(problem), entries_of(e)));
   return e.check(problem, device);
 }
 
@@ -400,8 +471,24 @@ Status normalize_backward(const BackwardArgs& args, BwdProblem* bp) {
   fwd.q = args.q; fwd.k = args.k; fwd.v = args.v; fwd.out = args.out; fwd.lse = args.lse;
   fwd.softmax_scale = args.softmax_scale;
   fwd.causal = args.causal;
+  fwd.window_left = args.window_left;
+  fwd.window_right = args.window_right;
+  fwd.softcap = args.softcap;
+  fwd.sinks = args.sinks;
   BwdProblem r;
   HFA_RETURN_IF_ERROR(normalize_forward(fwd, &r.fwd));
+  if (given(args.dsinks)) {
+    if (!given(args.sinks))
+      return make_error(kInvalid, "dsinks: given without sinks; the sinks' gradient needs the sinks");
+    HFA_RETURN_IF_ERROR(check_tensor(args.dsinks, "dsinks", 1, "(heads_q)"));
+    if (args.dsinks.dtype != DType::kFP32)
+      return make_error(kInvalid, "dsinks: dtype %s; dsinks must be fp32", to_string(args.dsinks.dtype));
+    if (args.dsinks.shape[0] != r.fwd.heads_q)
+      return make_error(kInvalid, "dsinks: shape %s; expected (heads_q) = (%d)",
+                        shape_string(args.dsinks).c_str(), r.fwd.heads_q);
+    r.dsinks = static_cast<float*>(args.dsinks.data);
+    r.dsinks_stride = args.dsinks.stride[0];
+  }
   const DType dtype = args.q.dtype;
   struct Grad { const TensorView& t; const char* name; const TensorView& like; const char* like_name; };
   const Grad grads[] = {{args.dout, "dout", args.out, "out"}, {args.dq, "dq", args.q, "q"},

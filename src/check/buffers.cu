@@ -31,7 +31,15 @@ std::string Config::describe() const {
                 dtype == DType::kE4M3 ? hfa::to_string(fp8_out_dtype) : "",
                 dtype == DType::kE4M3 && fp8_block_scales ? " block-scales" : "", batch, seqlen_q, seqlen_k, heads_q, heads_kv,
                 head_dim, causal ? 1 : 0, to_string(layout));
-  return buf;
+  std::string out = buf;
+  if (window_left != -1 || window_right != -1)
+    out += " window=(" + std::to_string(window_left) + "," + std::to_string(window_right) + ")";
+  if (softcap > 0.f) {
+    std::snprintf(buf, sizeof(buf), " softcap=%g", static_cast<double>(softcap));
+    out += buf;
+  }
+  if (sinks) out += " sinks";
+  return out;
 }
 
 void use_kernel_inputs(Config* c, const std::string& kernel) {
@@ -43,8 +51,18 @@ void use_kernel_inputs(Config* c, const std::string& kernel) {
 }
 
 double forward_flops(const Config& c) {
-  const double f = 4.0 * c.batch * c.heads_q * static_cast<double>(c.seqlen_q) * c.seqlen_k * c.head_dim;
-  return c.causal ? f * 0.5 : f;
+  const double per_pair = 4.0 * c.batch * c.heads_q * c.head_dim;
+  if (c.window_left == -1 && c.window_right == -1)
+    return c.causal ? per_pair * c.seqlen_q * c.seqlen_k * 0.5 : per_pair * c.seqlen_q * c.seqlen_k;
+  double pairs = 0;  // visible keys per query row: [i + off - left, i + off + right] within the keys
+  const int64_t off = static_cast<int64_t>(c.seqlen_k) - c.seqlen_q;
+  const int right = c.causal ? 0 : c.window_right;
+  for (int64_t i = 0; i < c.seqlen_q; ++i) {
+    const int64_t lo = c.window_left < 0 ? 0 : std::max<int64_t>(0, i + off - c.window_left);
+    const int64_t hi = right < 0 ? c.seqlen_k : std::min<int64_t>(c.seqlen_k, i + off + right + 1);
+    pairs += static_cast<double>(std::max<int64_t>(0, hi - lo));
+  }
+  return per_pair * pairs;
 }
 
 namespace {
@@ -109,7 +127,7 @@ Status alloc(DeviceBuffers::Tensor* t, TensorView view) {
 
 DeviceBuffers::~DeviceBuffers() {
   for (Tensor* t : {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv, &q_descale, &k_descale, &v_descale,
-                    &q_block_descale, &k_block_descale})
+                    &q_block_descale, &k_block_descale, &sinks, &dsinks})
     if (t->data) cudaFree(t->data);
 }
 
@@ -145,6 +163,12 @@ Status DeviceBuffers::allocate(const Config& c) {
     HFA_RETURN_IF_ERROR(alloc(&dk, attention(c.seqlen_k, c.heads_kv)));
     HFA_RETURN_IF_ERROR(alloc(&dv, attention(c.seqlen_k, c.heads_kv)));
   }
+  if (c.sinks) {  // every other float when padded: a stride the kernels must honour
+    const int64_t stride = c.layout == Layout::kPadded ? 2 : 1;
+    HFA_RETURN_IF_ERROR(alloc(&sinks, make_tensor(nullptr, DType::kFP32, {c.heads_q}, {stride})));
+    if (c.backward)
+      HFA_RETURN_IF_ERROR(alloc(&dsinks, make_tensor(nullptr, DType::kFP32, {c.heads_q}, {stride})));
+  }
   if (c.with_lse || c.backward) {
     TensorView l = make_tensor(nullptr, DType::kFP32, {c.batch, c.heads_q, c.seqlen_q});
     if (c.layout == Layout::kPadded) l.stride = {c.heads_q * (c.seqlen_q + 4LL) + 8, c.seqlen_q + 4LL, 1};
@@ -179,11 +203,19 @@ Status DeviceBuffers::fill_random(uint64_t seed) {
     HFA_RETURN_IF_ERROR(cuda_status(cudaMemcpy(t->data, host.data(), host.size() * sizeof(float),
                                                cudaMemcpyHostToDevice), "copying descales"));
   }
+  if (sinks.data) {  // [-1, 4): around the largest scores of N(0, 1) inputs, so they matter
+    ++salt;
+    std::vector<float> host(sinks.alloc_elems);
+    for (int64_t i = 0; i < sinks.alloc_elems; ++i)
+      host[i] = static_cast<float>(-1.0 + 5.0 * static_cast<double>(mix64(seed * 0x100000001B3ull + salt + mix64(i)) >> 11) * 0x1p-53);
+    HFA_RETURN_IF_ERROR(cuda_status(cudaMemcpy(sinks.data, host.data(), host.size() * sizeof(float),
+                                               cudaMemcpyHostToDevice), "copying sinks"));
+  }
   return cuda_status(cudaDeviceSynchronize(), "random fill");
 }
 
 Status DeviceBuffers::poison_outputs() {
-  for (Tensor* t : {&o, &lse, &dq, &dk, &dv})
+  for (Tensor* t : {&o, &lse, &dq, &dk, &dv, &dsinks})
     if (t->data)
       HFA_RETURN_IF_ERROR(cuda_status(
           cudaMemset(t->data, 0xFF, std::max<int64_t>(t->alloc_elems, 1) * size_of(t->view.dtype)),
@@ -208,6 +240,10 @@ ForwardArgs DeviceBuffers::forward_args() const {
   }
   if (v_descale.data) a.v_descale = v_descale.view;
   a.causal = config.causal;
+  a.window_left = config.window_left;
+  a.window_right = config.window_right;
+  a.softcap = config.softcap;
+  if (sinks.data) a.sinks = sinks.view;
   a.softmax_scale = config.softmax_scale;
   a.kernel = config.kernel;
   return a;
@@ -222,6 +258,11 @@ BackwardArgs DeviceBuffers::backward_args() const {
   a.out = f.out;
   a.lse = f.lse;
   a.causal = f.causal;
+  a.window_left = f.window_left;
+  a.window_right = f.window_right;
+  a.softcap = f.softcap;
+  a.sinks = f.sinks;
+  if (dsinks.data) a.dsinks = dsinks.view;
   a.softmax_scale = f.softmax_scale;
   a.kernel = f.kernel;
   a.deterministic = config.deterministic;

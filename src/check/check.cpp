@@ -110,12 +110,9 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
   }
 
   // Rows to compare with the reference: all, or a random subset.
-  reference::Shape shape;
-  shape.batch = c.batch; shape.seqlen_q = c.seqlen_q; shape.seqlen_k = c.seqlen_k;
-  shape.heads_q = c.heads_q; shape.heads_kv = c.heads_kv; shape.head_dim = c.head_dim;
-  // The fp32 scale the kernels get (the same expression as the API's default).
-  shape.scale = c.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(c.head_dim)));
-  shape.causal = c.causal;
+  std::vector<double> sinks;
+  if (buf.sinks.data && !(st = vector_to_host(buf.sinks, &sinks)).ok()) return fail(st);
+  const reference::Shape shape = reference_shape(c, sinks);
   const int64_t total = static_cast<int64_t>(c.batch) * c.heads_q * c.seqlen_q;
   std::vector<int64_t> rows(total);
   std::iota(rows.begin(), rows.end(), 0);

@@ -40,6 +40,11 @@ struct Config {
   bool fp8_block_scales = false;
   int batch = 1, seqlen_q = 128, seqlen_k = 128, heads_q = 1, heads_kv = 1, head_dim = 64;
   bool causal = false;
+  // Score variants (ForwardArgs::window_left/right, softcap, sinks). sinks: DeviceBuffers holds
+  // random fp32 (heads_q) sinks in [-1, 4) (and dsinks with backward).
+  int window_left = -1, window_right = -1;
+  float softcap = 0.f;
+  bool sinks = false;
   std::optional<float> softmax_scale;  // default 1/sqrt(head_dim)
   Layout layout = Layout::kPacked;
   bool with_lse = true;
@@ -50,7 +55,8 @@ struct Config {
   DType out_dtype() const { return dtype == DType::kE4M3 ? fp8_out_dtype : dtype; }
 };
 
-// 4 * batch * heads_q * seqlen_q * seqlen_k * head_dim, halved when causal (DESIGN.md).
+// 4 * batch * heads_q * seqlen_q * seqlen_k * head_dim, halved when causal (DESIGN.md); with a
+// sliding window, 4 * batch * heads_q * head_dim * (the number of visible (query, key) pairs).
 double forward_flops(const Config& c);
 
 // Sets c's input dtype and scales to what forward kernel `kernel` takes when it is an FP8 one
@@ -86,6 +92,7 @@ class DeviceBuffers {
   Tensor q_descale, k_descale, v_descale;  // e4m3 inputs only (q_, k_descale: per-head scales)
   Tensor q_block_descale, k_block_descale;  // e4m3 inputs with fp8_block_scales
   Tensor dout, dq, dk, dv;  // config.backward only
+  Tensor sinks, dsinks;     // config.sinks (dsinks: with config.backward); strided when padded
   Config config;
 };
 
@@ -128,6 +135,10 @@ struct BackwardCheckResult {
   bool pass = false;
   GradientError dq, dk, dv;
   int groups_checked = 0, groups_total = 0;  // (batch, KV head) groups compared with the reference
+  // With sinks and dsinks: dsinks by the same rule, compared only when every group is checked
+  // (each value sums over every row of its head); always checked written.
+  GradientError dsinks;
+  bool dsinks_checked = false;
   std::string message;
   std::string summary() const;
 };

@@ -69,7 +69,12 @@ std::string BackwardCheckResult::summary() const {
                 dq.max_abs_err, dq.tolerance, dq.rel_rms, dk.max_abs_err, dk.tolerance, dk.rel_rms,
                 dv.max_abs_err, dv.tolerance, dv.rel_rms, groups_checked, groups_total,
                 pass ? "PASS" : "FAIL");
-  return buf;
+  std::string out = buf;
+  if (dsinks_checked) {
+    std::snprintf(buf, sizeof(buf), " dsinks %.2e (tol %.2e)", dsinks.max_abs_err, dsinks.tolerance);
+    out += buf;
+  }
+  return out;
 }
 
 Status run_check_backward(DeviceBuffers& buf, uint64_t seed, int max_groups,
@@ -105,11 +110,9 @@ Status run_check_backward(DeviceBuffers& buf, uint64_t seed, int max_groups,
   scan_written(buf.dk, hdk, c.dtype, &result->dk);
   scan_written(buf.dv, hdv, c.dtype, &result->dv);
 
-  reference::Shape shape;
-  shape.batch = c.batch; shape.seqlen_q = c.seqlen_q; shape.seqlen_k = c.seqlen_k;
-  shape.heads_q = c.heads_q; shape.heads_kv = c.heads_kv; shape.head_dim = c.head_dim;
-  shape.scale = c.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(c.head_dim)));
-  shape.causal = c.causal;
+  std::vector<double> sinks;
+  if (buf.sinks.data && !(st = vector_to_host(buf.sinks, &sinks)).ok()) return fail(st);
+  const reference::Shape shape = reference_shape(c, sinks);
   const std::vector<double> q = to_contiguous(buf.q.view, hq), k = to_contiguous(buf.k.view, hk),
                             v = to_contiguous(buf.v.view, hv), dout = to_contiguous(buf.dout.view, hdo);
   const std::vector<double> dq = to_contiguous(buf.dq.view, hdq), dk = to_contiguous(buf.dk.view, hdk),
@@ -155,6 +158,30 @@ Status run_check_backward(DeviceBuffers& buf, uint64_t seed, int max_groups,
   ev.finish(c.dtype, &result->dv);
 
   std::string why;
+  if (buf.dsinks.data) {  // every row of every head counts: compared when every group is checked
+    std::vector<double> got;
+    if (!(st = vector_to_host(buf.dsinks, &got)).ok()) return fail(st);
+    ErrorSums es;
+    for (int h = 0; h < c.heads_q; ++h)
+      if (std::isnan(got[h])) ++result->dsinks.unwritten;
+    if (result->groups_checked == result->groups_total) {
+      std::vector<double> ref(c.heads_q), base(c.heads_q), magnitude(c.heads_q);
+      reference::sink_gradient(shape, q.data(), k.data(), v.data(), dout.data(), nullptr, ref.data(),
+                               threads, magnitude.data());
+      reference::sink_gradient(shape, q.data(), k.data(), v.data(), dout.data(), &prec, base.data(), threads);
+      for (int h = 0; h < c.heads_q; ++h) es.add(got[h], ref[h], base[h]);
+      es.finish(c.dtype, &result->dsinks);
+      // Each dsinks value is one sum: the baseline's error can be small by luck (a few rows, its
+      // roundings cancelling), so the bound also allows what rounding O to the dtype can do to
+      // it, unit roundoff x sum |P_sink dout * O| (the kernel's D is computed from its rounded O).
+      const double unit = c.dtype == DType::kFP16 ? 0x1p-11 : 0x1p-8;
+      result->dsinks.tolerance += unit * *std::max_element(magnitude.begin(), magnitude.end());
+      result->dsinks_checked = true;
+    }
+    if (result->dsinks.unwritten) why += "dsinks: " + std::to_string(result->dsinks.unwritten) + " values unwritten or NaN; ";
+    if (result->dsinks_checked && !(result->dsinks.max_abs_err <= result->dsinks.tolerance))
+      why += "dsinks error over tolerance; ";
+  }
   for (auto [name, e] : {std::pair{"dq", &result->dq}, {"dk", &result->dk}, {"dv", &result->dv}}) {
     if (e->unwritten) why += std::string(name) + ": " + std::to_string(e->unwritten) + " elements unwritten or NaN; ";
     if (e->padding_clobbered)

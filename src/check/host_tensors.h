@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -35,6 +36,31 @@ inline Status copy_to_host(const DeviceBuffers::Tensor& t, std::vector<E>* host,
   if (t.alloc_elems == 0) return Status::Ok();
   return cuda_status(cudaMemcpy(host->data(), t.data, t.alloc_elems * elem_bytes, cudaMemcpyDeviceToHost),
                      "copying a tensor to the host");
+}
+
+// A (n)-shaped fp32 device tensor (any stride), e.g. the sinks, as n doubles.
+inline Status vector_to_host(const DeviceBuffers::Tensor& t, std::vector<double>* out) {
+  std::vector<float> raw;
+  HFA_RETURN_IF_ERROR(copy_to_host(t, &raw));
+  out->resize(t.view.shape[0]);
+  for (int64_t i = 0; i < t.view.shape[0]; ++i) (*out)[i] = raw[i * t.view.stride[0]];
+  return Status::Ok();
+}
+
+// The reference's description of a configuration; sinks: the sinks' values when c.sinks (they
+// must outlive the shape).
+inline reference::Shape reference_shape(const Config& c, const std::vector<double>& sinks) {
+  reference::Shape s;
+  s.batch = c.batch; s.seqlen_q = c.seqlen_q; s.seqlen_k = c.seqlen_k;
+  s.heads_q = c.heads_q; s.heads_kv = c.heads_kv; s.head_dim = c.head_dim;
+  // The fp32 scale the kernels get (the same expression as the API's default).
+  s.scale = c.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(c.head_dim)));
+  s.causal = c.causal;
+  s.window_left = c.window_left;
+  s.window_right = c.window_right;
+  s.softcap = c.softcap;
+  s.sinks = c.sinks ? sinks.data() : nullptr;
+  return s;
 }
 
 inline int64_t offset4(const TensorView& t, int64_t a, int64_t b, int64_t c, int64_t d) {

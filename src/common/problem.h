@@ -37,6 +37,20 @@ struct FwdProblem {
   float softmax_scale = 1.0f;
   bool causal = false;
 
+  // Sliding window (ForwardArgs::window_left/right), normalized by the API: `local` when a window
+  // other than the causal mask is in force; then causal is false, window_left and window_right
+  // are in [0, kUnboundedWindow] (an unbounded side is kUnboundedWindow, which no query's window
+  // reaches past), and query i sees key j iff
+  // i + causal_offset() - window_left <= j <= i + causal_offset() + window_right.
+  // A window of (-1, 0) is normalized to causal, (-1, -1) to neither.
+  bool local = false;
+  int window_left = 0, window_right = 0;
+  // ForwardArgs::softcap: scores are softcap * tanh(softmax_scale * q.k / softcap) when > 0.
+  float softcap = 0.f;
+  // ForwardArgs::sinks: fp32 (heads_q) logits added to each row's softmax denominator, or null.
+  const float* sinks = nullptr;
+  int64_t sinks_stride = 0;
+
   // e4m3 inputs: fp32 (batch, heads_kv) dequantization factors (ForwardArgs::q_descale ...).
   struct Descale {
     const float* data = nullptr;
@@ -55,6 +69,10 @@ struct FwdProblem {
   };
   BlockDescale q_block_descale, k_block_descale;
   bool fp8_block_scales = false;  // the block descales were given (k8's inputs)
+
+  // The bound an unbounded window side is normalized to (larger than any seqlen_q + seqlen_k
+  // the API accepts for a window: it checks that).
+  static constexpr int kUnboundedWindow = 1 << 30;
 
   // Query heads per KV head (GQA group size).
   HFA_HOST_DEVICE int group_size() const { return heads_q / heads_kv; }
@@ -79,6 +97,10 @@ struct BwdProblem {
   // Workspace, contiguous fp32, set by the launch: dQ accumulator (batch, heads_q, seqlen_q,
   // head_dim) and per query row the pair (LSE in base 2, D = rowsum(dO * O)), (batch, heads_q,
   // row_stats_rows, 2) with the rows padded (fa2: to a multiple of its largest Q block).
+  // BackwardArgs::dsinks: fp32 (heads_q), written, or null.
+  float* dsinks = nullptr;
+  int64_t dsinks_stride = 0;
+
   float* dq_accum = nullptr;
   float* row_stats = nullptr;
   int row_stats_rows = 0;

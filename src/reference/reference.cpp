@@ -26,15 +26,17 @@ void forward_row(const Shape& s, const double* q, const double* k, const double*
     const double* kj = k + s.kv_index(b, j, hk);
     double dot = 0;
     for (int c = 0; c < d; ++c) dot += qi[c] * kj[c];
-    scores[j] = dot * s.scale;
+    scores[j] = s.score(dot);
     m = std::max(m, scores[j]);
   }
   for (int c = 0; c < d; ++c) o_row[c] = 0;
+  const double sink = s.sink(h);
   if (m == kNegInf) {  // no visible key
-    *lse = kNegInf;
+    *lse = s.sinks ? sink : kNegInf;
     return;
   }
-  double l = 0;
+  m = std::max(m, sink);
+  double l = s.sinks ? std::exp(sink - m) : 0;
   for (int j = 0; j < s.seqlen_k; ++j) {
     if (scores[j] == kNegInf) continue;
     const double p = std::exp(scores[j] - m);
@@ -80,6 +82,7 @@ void backward_group(const Shape& s, const double* q, const double* k, const doub
   const int d = s.head_dim, group = s.heads_q / s.heads_kv;
   auto r = [&](double x) { return lowp ? round_to(*lowp, x) : x; };
   std::vector<double> lse(s.seqlen_q), row_dot(s.seqlen_q);
+  std::vector<char> no_key(s.seqlen_q);  // rows that see no key (their LSE is the sink's, if any)
   std::vector<double> dk_acc(static_cast<size_t>(s.seqlen_k) * d, 0.0), dv_acc(dk_acc.size(), 0.0);
 
   // P_ij and dS_ij of query head h, recomputed where needed (the backward of FA2 does the same).
@@ -93,8 +96,9 @@ void backward_group(const Shape& s, const double* q, const double* k, const doub
       dot += qi[c] * kj[c];
       dp += doi[c] * vj[c];
     }
-    *p = std::exp(r(dot) * s.scale - lse[i]);
-    *ds = r(*p * (r(dp) - row_dot[i]));
+    *p = std::exp(s.score(r(dot)) - lse[i]);
+    // dS of the scores before the softcap (its tanh' folded in).
+    *ds = r(*p * (r(dp) - row_dot[i]) * s.softcap_grad(r(dot)));
   };
 
   for (int g = 0; g < group; ++g) {
@@ -103,6 +107,8 @@ void backward_group(const Shape& s, const double* q, const double* k, const doub
       std::vector<double> o(d);
       if (lowp) forward_row_lowp(s, *lowp, q, k, v, b, h, i, o.data(), &lse[i]);
       else forward_row(s, q, k, v, b, h, i, o.data(), &lse[i]);
+      no_key[i] = 1;
+      for (int j = 0; j < s.seqlen_k && no_key[i]; ++j) no_key[i] = !s.visible(i, j);
       const double* doi = dout + s.q_index(b, i, h);
       double dot = 0;
       for (int c = 0; c < d; ++c) dot += doi[c] * o[c];
@@ -110,7 +116,7 @@ void backward_group(const Shape& s, const double* q, const double* k, const doub
     });
     parallel_for(s.seqlen_q, threads, [&](int i) {  // dQ_i = scale * sum_j dS_ij K_j
       std::vector<double> acc(d, 0.0);
-      if (lse[i] != kNegInf)
+      if (lse[i] != kNegInf && !no_key[i])
         for (int j = 0; j < s.seqlen_k; ++j) {
           if (!s.visible(i, j)) continue;
           double p, ds;
@@ -125,7 +131,7 @@ void backward_group(const Shape& s, const double* q, const double* k, const doub
       double* dkj = &dk_acc[static_cast<size_t>(j) * d];
       double* dvj = &dv_acc[static_cast<size_t>(j) * d];
       for (int i = 0; i < s.seqlen_q; ++i) {
-        if (lse[i] == kNegInf || !s.visible(i, j)) continue;
+        if (lse[i] == kNegInf || no_key[i] || !s.visible(i, j)) continue;
         double p, ds;
         p_and_ds(h, i, j, &p, &ds);
         const double pr = r(p);
@@ -146,10 +152,41 @@ void backward_group(const Shape& s, const double* q, const double* k, const doub
 }
 
 void backward(const Shape& s, const double* q, const double* k, const double* v,
-              const double* dout, double* dq, double* dk, double* dv) {
+              const double* dout, double* dq, double* dk, double* dv, double* dsinks) {
   for (int b = 0; b < s.batch; ++b)
     for (int hk = 0; hk < s.heads_kv; ++hk)
       backward_group(s, q, k, v, dout, b, hk, nullptr, dq, dk, dv);
+  if (dsinks && s.sinks) sink_gradient(s, q, k, v, dout, nullptr, dsinks);
+}
+
+void sink_gradient(const Shape& s, const double* q, const double* k, const double* v,
+                   const double* dout, const Precision* lowp, double* dsinks, int threads,
+                   double* magnitude) {
+  for (int h = 0; h < s.heads_q; ++h) {
+    std::vector<double> terms(static_cast<size_t>(s.batch) * s.seqlen_q), sizes(terms.size());
+    parallel_for(static_cast<int>(terms.size()), threads, [&](int r) {
+      const int b = r / s.seqlen_q, i = r % s.seqlen_q;
+      std::vector<double> o(s.head_dim);
+      double lse;
+      if (lowp) forward_row_lowp(s, *lowp, q, k, v, b, h, i, o.data(), &lse);
+      else forward_row(s, q, k, v, b, h, i, o.data(), &lse);
+      const double* doi = dout + s.q_index(b, i, h);
+      double dot = 0, abs_dot = 0;
+      for (int c = 0; c < s.head_dim; ++c) {
+        dot += doi[c] * o[c];
+        abs_dot += std::fabs(doi[c] * o[c]);
+      }
+      terms[r] = std::exp(s.sinks[h] - lse) * dot;
+      sizes[r] = std::exp(s.sinks[h] - lse) * abs_dot;
+    });
+    double sum = 0, size = 0;
+    for (size_t r = 0; r < terms.size(); ++r) {
+      sum += terms[r];
+      size += sizes[r];
+    }
+    dsinks[h] = -sum;
+    if (magnitude) magnitude[h] = size;
+  }
 }
 
 double round_to(Precision p, double x) {
@@ -170,15 +207,17 @@ void forward_row_lowp(const Shape& s, Precision prec, const double* q, const dou
     const double* kj = k + s.kv_index(b, j, hk);
     float dot = 0;
     for (int c = 0; c < d; ++c) dot += static_cast<float>(qi[c]) * static_cast<float>(kj[c]);
-    scores[j] = static_cast<float>(round_to(prec, dot)) * static_cast<float>(s.scale);
+    scores[j] = static_cast<float>(s.score(round_to(prec, dot)));
     m = std::max(m, scores[j]);
   }
   for (int c = 0; c < d; ++c) o_row[c] = 0;
+  const float sink = static_cast<float>(s.sink(h));
   if (m == neg_inf) {
-    *lse = kNegInf;
+    *lse = s.sinks ? s.sinks[h] : kNegInf;
     return;
   }
-  float l = 0;
+  m = std::max(m, sink);
+  float l = s.sinks ? std::exp(sink - m) : 0.f;
   for (int j = 0; j < s.seqlen_k; ++j)
     if (scores[j] != neg_inf) l += std::exp(scores[j] - m);
   std::vector<float> acc(d, 0.f);

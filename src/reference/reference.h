@@ -3,8 +3,9 @@
 // heads_kv, head_dim), LSE (batch, heads_q, seqlen_q).
 #pragma once
 
-#include <cstdint>
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 namespace hfa::reference {
 
@@ -12,8 +13,26 @@ struct Shape {
   int batch = 1, seqlen_q = 1, seqlen_k = 1, heads_q = 1, heads_kv = 1, head_dim = 1;
   double scale = 1.0;
   bool causal = false;  // bottom-right aligned: query i sees key j iff j <= i + seqlen_k - seqlen_q
+  // Sliding window (ForwardArgs::window_left/right, -1 unbounded): query i sees key j iff
+  // i + seqlen_k - seqlen_q - window_left <= j <= i + seqlen_k - seqlen_q + window_right.
+  int window_left = -1, window_right = -1;
+  double softcap = 0;              // > 0: score = softcap * tanh(scale * q.k / softcap)
+  const double* sinks = nullptr;   // (heads_q): a logit per head added to the denominator
 
-  bool visible(int i, int j) const { return !causal || j <= i + seqlen_k - seqlen_q; }
+  bool visible(int i, int j) const {
+    const int64_t diag = static_cast<int64_t>(i) + seqlen_k - seqlen_q;
+    if (causal && j > diag) return false;
+    if (window_right >= 0 && j > diag + window_right) return false;
+    return window_left < 0 || j >= diag - window_left;
+  }
+  // The softmax's input for a dot product q.k; its derivative is scale * softcap_grad(dot).
+  double score(double dot) const { return softcap > 0 ? softcap * std::tanh(dot * scale / softcap) : dot * scale; }
+  double softcap_grad(double dot) const {
+    if (softcap <= 0) return 1;
+    const double t = std::tanh(dot * scale / softcap);
+    return 1 - t * t;
+  }
+  double sink(int h) const { return sinks ? sinks[h] : -HUGE_VAL; }
   int kv_head(int h) const { return h / (heads_q / heads_kv); }
   int64_t q_index(int b, int i, int h) const {
     return ((static_cast<int64_t>(b) * seqlen_q + i) * heads_q + h) * head_dim;
@@ -26,7 +45,8 @@ struct Shape {
   }
 };
 
-// One query row (b, h, i): o_row[head_dim] and its LSE. A row that sees no key: O = 0, LSE = -inf.
+// One query row (b, h, i): o_row[head_dim] and its LSE. A row that sees no key: O = 0, LSE = -inf
+// (with sinks: LSE = the head's sink, the log of the denominator, which is the sink's term alone).
 void forward_row(const Shape& s, const double* q, const double* k, const double* v, int b, int h,
                  int i, double* o_row, double* lse);
 
@@ -36,9 +56,11 @@ void forward(const Shape& s, const double* q, const double* k, const double* v, 
 
 // Gradients of sum(O * dout) with respect to Q, K, V (FA2 Algorithm 2's equations:
 // P = exp(S - LSE), dV = P^T dO, dP = dO V^T, D = rowsum(dO * O), dS = P * (dP - D),
-// dQ = scale dS K, dK = scale dS^T Q). With GQA, dK/dV sum over the query heads of a KV head.
+// dQ = scale dS K, dK = scale dS^T Q; with softcap dS carries softcap_grad(q.k)). With GQA,
+// dK/dV sum over the query heads of a KV head.
+// dsinks (optional, with sinks: heads_q values): -sum over (batch, row) of exp(sink - LSE) * D.
 void backward(const Shape& s, const double* q, const double* k, const double* v,
-              const double* dout, double* dq, double* dk, double* dv);
+              const double* dout, double* dq, double* dk, double* dv, double* dsinks = nullptr);
 
 enum class Precision { kBF16, kFP16 };
 
@@ -55,6 +77,14 @@ double round_to_e4m3(double x);
 void backward_group(const Shape& s, const double* q, const double* k, const double* v,
                     const double* dout, int b, int hk, const Precision* lowp, double* dq,
                     double* dk, double* dv, int threads = 1);
+
+// dL/dsinks (s.sinks required): -sum over (batch, row) of exp(sink_h - LSE) * rowsum(dout * O), in
+// fp64 (lowp == nullptr) or from forward_row_lowp's O and LSE (the tolerance baseline).
+// magnitude (optional, heads_q values): the same sum of |dout * O| terms, the scale of the error
+// that rounding O to a dtype can cause (unit roundoff times it bounds it to first order).
+void sink_gradient(const Shape& s, const double* q, const double* k, const double* v,
+                   const double* dout, const Precision* lowp, double* dsinks, int threads = 1,
+                   double* magnitude = nullptr);
 
 // The tolerance baseline: one row of attention computed the straightforward way in low
 // precision, as a framework would with bf16/fp16 tensors: scores accumulated in fp32 and rounded

@@ -146,6 +146,101 @@ TEST(Reference, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// The score variants (issue 22) against facts of their own: the window is the keys the
+// definition names, the softcap equals attention over capped scores written out, a sink adds
+// exp(sink) to the denominator; and their gradients (softcap's tanh', dsinks) against finite
+// differences.
+TEST(ReferenceVariants, WindowSeesExactlyItsKeys) {
+  Shape s = make_shape(1, 6, 9, 1, 1, 4, false);
+  s.window_left = 2;
+  s.window_right = 1;
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 9; ++j) {  // diagonal of row i: i + 3
+      EXPECT_EQ(s.visible(i, j), j >= i + 3 - 2 && j <= i + 3 + 1) << i << " " << j;
+    }
+  s.window_right = -1;  // unbounded right
+  EXPECT_TRUE(s.visible(0, 8));
+  EXPECT_FALSE(s.visible(0, 0));
+  s.causal = true;  // causal and a left window
+  EXPECT_FALSE(s.visible(0, 4));
+  EXPECT_TRUE(s.visible(0, 3));
+  EXPECT_TRUE(s.visible(0, 1));
+  EXPECT_FALSE(s.visible(0, 0));
+}
+
+TEST(ReferenceVariants, SoftcapAndSinkMatchTheFormula) {
+  Inputs in = random_inputs(make_shape(1, 4, 6, 2, 1, 8, false), 21);
+  Shape& s = in.s;
+  s.softcap = 1.5;  // small, so that the tanh bends the scores a lot
+  const double sinks[2] = {0.7, -2.0};
+  s.sinks = sinks;
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 4; ++i) {
+      std::vector<double> o(8);
+      double lse;
+      forward_row(s, in.q.data(), in.k.data(), in.v.data(), 0, h, i, o.data(), &lse);
+      double denom = std::exp(sinks[h]);
+      std::vector<double> num(8, 0.0);
+      for (int j = 0; j < 6; ++j) {
+        double dot = 0;
+        for (int c = 0; c < 8; ++c) dot += in.q[s.q_index(0, i, h) + c] * in.k[s.kv_index(0, j, 0) + c];
+        const double e = std::exp(1.5 * std::tanh(dot * s.scale / 1.5));
+        denom += e;
+        for (int c = 0; c < 8; ++c) num[c] += e * in.v[s.kv_index(0, j, 0) + c];
+      }
+      EXPECT_NEAR(lse, std::log(denom), 1e-12);
+      for (int c = 0; c < 8; ++c) EXPECT_NEAR(o[c], num[c] / denom, 1e-12);
+    }
+  // A row that sees no key: O = 0 and LSE = the sink (the denominator is exp(sink) alone).
+  s.window_left = 0;
+  s.window_right = 0;
+  s.seqlen_k = 2;  // row 0's diagonal is key -2: nothing
+  std::vector<double> o(8, 1.0);
+  double lse;
+  forward_row(s, in.q.data(), in.k.data(), in.v.data(), 0, 1, 0, o.data(), &lse);
+  EXPECT_EQ(lse, sinks[1]);
+  for (double x : o) EXPECT_EQ(x, 0.0);
+}
+
+TEST(ReferenceVariants, GradientsMatchFiniteDifferences) {
+  Inputs in = random_inputs(make_shape(2, 5, 6, 4, 2, 3, false), 22);
+  Shape& s = in.s;
+  s.softcap = 0.8;
+  s.window_left = 2;
+  s.window_right = 0;
+  std::vector<double> sinks = {0.3, -0.5, 1.1, 0.0};
+  s.sinks = sinks.data();
+  std::mt19937_64 rng(23);
+  std::normal_distribution<double> n(0.0, 1.0);
+  std::vector<double> w(s.q_index(2, 0, 0));
+  for (double& x : w) x = n(rng);
+  auto loss = [&](const Inputs& x, const std::vector<double>& sk) {
+    Shape t = s;
+    t.sinks = sk.data();
+    std::vector<double> o(w.size()), lse(t.lse_index(2, 0, 0));
+    forward(t, x.q.data(), x.k.data(), x.v.data(), o.data(), lse.data());
+    double l = 0;
+    for (size_t i = 0; i < o.size(); ++i) l += o[i] * w[i];
+    return l;
+  };
+  std::vector<double> dq(in.q.size()), dk(in.k.size()), dv(in.v.size()), dsinks(4);
+  backward(s, in.q.data(), in.k.data(), in.v.data(), w.data(), dq.data(), dk.data(), dv.data(), dsinks.data());
+  const double eps = 1e-6;
+  for (auto [tensor, grad] : {std::pair{&Inputs::q, &dq}, {&Inputs::k, &dk}, {&Inputs::v, &dv}})
+    for (size_t i = 0; i < (in.*tensor).size(); ++i) {
+      Inputs plus = in, minus = in;
+      (plus.*tensor)[i] += eps;
+      (minus.*tensor)[i] -= eps;
+      EXPECT_NEAR((*grad)[i], (loss(plus, sinks) - loss(minus, sinks)) / (2 * eps), 1e-7) << i;
+    }
+  for (int h = 0; h < 4; ++h) {
+    std::vector<double> plus = sinks, minus = sinks;
+    plus[h] += eps;
+    minus[h] -= eps;
+    EXPECT_NEAR(dsinks[h], (loss(in, plus) - loss(in, minus)) / (2 * eps), 1e-7) << "sink " << h;
+  }
+}
+
 TEST(Reference, LowPrecisionBaselineHasTheExpectedErrorSize) {
   // The tolerance baseline must be neither exact (a useless bound) nor far off (a loose one).
   Inputs in = random_inputs(make_shape(1, 64, 256, 1, 1, 64, false), 8);

@@ -115,6 +115,10 @@ std::string format_row(const Row& r) {
                   r.impl.c_str(), to_string(c.dtype), c.head_dim, c.causal, c.seqlen_q, c.seqlen_k,
                   c.batch, c.heads_q, c.heads_kv, r.error.c_str());
   std::string line = buf;
+  if (c.window_left != -1 || c.window_right != -1)
+    line += "  window (" + std::to_string(c.window_left) + ", " + std::to_string(c.window_right) + ")";
+  if (c.softcap > 0.f) line += "  softcap " + std::to_string(c.softcap);
+  if (c.sinks) line += "  sinks";
   if (r.check_pass && !*r.check_pass) line += "\n    " + r.error;
   return line;
 }
@@ -176,6 +180,12 @@ bool write_json(const std::string& path, const RunInfo& info, const std::vector<
                   c.seqlen_q, c.seqlen_k, c.batch, c.heads_q, c.heads_kv);
     f << (i ? ",\n" : "\n") << "    {\"impl\": " << json_string(r.impl) << ", \"kind\": "
       << json_string(r.kind) << ", \"dtype\": " << json_string(to_string(c.dtype)) << ", " << nums;
+    if (c.window_left != -1 || c.window_right != -1 || c.softcap > 0.f || c.sinks) {  // issue 22's variants
+      char v[160];
+      std::snprintf(v, sizeof(v), "\"window_left\": %d, \"window_right\": %d, \"softcap\": %g, \"sinks\": %s, ",
+                    c.window_left, c.window_right, static_cast<double>(c.softcap), c.sinks ? "true" : "false");
+      f << v;
+    }
     if (r.ms > 0) {
       char t[128];
       if (r.kind == "decode")

@@ -141,6 +141,13 @@ int main(int argc, char** argv) {
   app.add_flag("--deterministic", deterministic,
                "--bwd: BackwardArgs::deterministic (bit-identical gradients); rows named <kernel>_deterministic");
   app.add_option("--check-groups", opt.check_groups, "--bwd --check: (batch, KV head) groups checked (random subset; 0 = all)")->check(CLI::NonNegativeNumber);
+  std::vector<int> window;
+  app.add_option("--window", window, "sliding window LEFT,RIGHT (-1 = unbounded; ForwardArgs::window_left/right)")
+      ->delimiter(',')->expected(2);
+  float softcap = 0.f;
+  app.add_option("--softcap", softcap, "softcap (scores become softcap * tanh(scores / softcap); 0 = off)");
+  bool sinks = false;
+  app.add_flag("--sinks", sinks, "attention sinks: a random fp32 logit per query head in [-1, 4)");
   app.add_flag("--sweep", sweep, "run the seeds' sweep: s=512..16384, batch=16384/s, heads=2048/d, causal 0/1");
   app.add_option("--sweep-headdims", sweep_dims, "head dims of the sweep")->delimiter(',');
   app.add_option("--json", json_path, "write the results as JSON (DESIGN.md schema)");
@@ -179,6 +186,10 @@ int main(int argc, char** argv) {
   }
   if (!decode && (app.count("--kv-dtype") || app.count("--page-size") || app.count("--num-splits"))) {
     std::fprintf(stderr, "hfa-bench: --kv-dtype, --page-size and --num-splits are --decode options\n");
+    return 2;
+  }
+  if (decode && (!window.empty() || softcap != 0.f || sinks)) {
+    std::fprintf(stderr, "hfa-bench: --window, --softcap and --sinks are not --decode options\n");
     return 2;
   }
   if (decode) {
@@ -236,6 +247,12 @@ int main(int argc, char** argv) {
       c.dtype = dtype;
       c.deterministic = deterministic;
       c.fp8_block_scales = false;
+      if (!window.empty()) {
+        c.window_left = window[0];
+        c.window_right = window[1];
+      }
+      c.softcap = softcap;
+      c.sinks = sinks;
       // An FP8 kernel gets its inputs (e4m3, per-head or block descales) unless --dtype says
       // otherwise (then it refuses by name).
       if ((!dtype_given && !opt.backward) || dtype == hfa::DType::kE4M3)

@@ -47,21 +47,23 @@ def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
                    q_block_descale: Optional[torch.Tensor] = None,
                    k_block_descale: Optional[torch.Tensor] = None,
                    deterministic: bool = False,
-                   backward_kernel: str = "auto") -> Tuple[torch.Tensor, torch.Tensor]:
+                   backward_kernel: str = "auto",
+                   window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                   sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     # deterministic and backward_kernel are the backward's (saved for it by _setup_context); the
     # forward is deterministic anyway.
     _check_rank(q)
     out = torch.empty(q.shape, dtype=_out_dtype(q, out_dtype), device=q.device)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
     _C.forward(q, k, v, out, lse, causal, softmax_scale, kernel, q_descale, k_descale, v_descale,
-               q_block_descale, k_block_descale)
+               q_block_descale, k_block_descale, window_left, window_right, softcap, sinks)
     return out, lse
 
 
 @_attention_fwd.register_fake
 def _(q, k, v, causal, softmax_scale, kernel, q_descale=None, k_descale=None, v_descale=None,
       out_dtype=None, q_block_descale=None, k_block_descale=None, deterministic=False,
-      backward_kernel="auto"):
+      backward_kernel="auto", window_left=-1, window_right=-1, softcap=0.0, sinks=None):
     _check_rank(q)
     out = q.new_empty(q.shape, dtype=_out_dtype(q, out_dtype))
     lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
@@ -73,19 +75,27 @@ def _attention_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch
                    dout: torch.Tensor, lse: torch.Tensor, causal: bool,
                    softmax_scale: Optional[float],
                    deterministic: bool = False,
-                   backward_kernel: str = "auto") -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   backward_kernel: str = "auto",
+                   window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                   sinks: Optional[torch.Tensor] = None
+                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     # (Not named "kernel": Inductor's fallback for a custom op takes a "kernel" argument of its own.)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    # dsinks: the sinks' gradient (fp32, like the sinks), or an empty tensor without sinks.
+    dsinks = torch.empty_like(sinks, dtype=torch.float32) if sinks is not None else q.new_empty(0, dtype=torch.float32)
     # Autograd hands dout in any layout (e.g. expanded, stride 0): the kernel needs head_dim
     # contiguous and 16-byte strides, which a contiguous copy always has.
     _C.backward(q, k, v, out, dout.contiguous(), lse, dq, dk, dv, causal, softmax_scale,
-                backward_kernel, deterministic)
-    return dq, dk, dv
+                backward_kernel, deterministic, window_left, window_right, softcap, sinks,
+                dsinks if sinks is not None else None)
+    return dq, dk, dv, dsinks
 
 
 @_attention_bwd.register_fake
-def _(q, k, v, out, dout, lse, causal, softmax_scale, deterministic=False, backward_kernel="auto"):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _(q, k, v, out, dout, lse, causal, softmax_scale, deterministic=False, backward_kernel="auto",
+      window_left=-1, window_right=-1, softcap=0.0, sinks=None):
+    dsinks = torch.empty_like(sinks, dtype=torch.float32) if sinks is not None else q.new_empty(0, dtype=torch.float32)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
 
 
 def _setup_context(ctx, inputs, output):
@@ -95,6 +105,9 @@ def _setup_context(ctx, inputs, output):
     ctx.causal, ctx.softmax_scale = causal, softmax_scale
     ctx.deterministic = inputs[12] if len(inputs) > 12 else False
     ctx.backward_kernel = inputs[13] if len(inputs) > 13 else "auto"
+    defaults = (-1, -1, 0.0, None)  # window_left, window_right, softcap, sinks
+    ctx.window_left, ctx.window_right, ctx.softcap, ctx.sinks = (
+        tuple(inputs[14:18]) + defaults[len(inputs[14:18]):])
     ctx.set_materialize_grads(False)  # an unused lse gets no gradient tensor at all
 
 
@@ -104,10 +117,11 @@ def _backward(ctx, dout, dlse):
                                   "supported; use lse only outside the differentiated graph")
     q, k, v, out, lse = ctx.saved_tensors
     if dout is None:
-        return (None,) * 14
-    dq, dk, dv = torch.ops.hfa.attention_bwd(q, k, v, out, dout, lse, ctx.causal, ctx.softmax_scale,
-                                             ctx.deterministic, ctx.backward_kernel)
-    return (dq, dk, dv) + (None,) * 11
+        return (None,) * 18
+    dq, dk, dv, dsinks = torch.ops.hfa.attention_bwd(
+        q, k, v, out, dout, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic,
+        ctx.backward_kernel, ctx.window_left, ctx.window_right, ctx.softcap, ctx.sinks)
+    return (dq, dk, dv) + (None,) * 14 + (dsinks if ctx.sinks is not None else None,)
 
 
 _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -120,7 +134,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
               out_dtype: Optional[torch.dtype] = None,
               q_block_descale: Optional[torch.Tensor] = None,
               k_block_descale: Optional[torch.Tensor] = None,
-              deterministic: bool = False, backward_kernel: str = "auto"):
+              deterministic: bool = False, backward_kernel: str = "auto",
+              window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+              sinks: Optional[torch.Tensor] = None):
     """softmax(softmax_scale * q k^T [+ causal mask]) v.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim); bf16,
@@ -142,10 +158,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     Differentiable with respect to q, k and v (bf16/fp16). deterministic=True makes the backward's
     dq, dk, dv bit-identical from run to run (BackwardArgs::deterministic: dq is summed in a fixed
     order, at some cost in speed); the default is the fastest backward.
+
+    Variants (FlashAttention's semantics; forward and backward, bf16/fp16): window_size=(left,
+    right) is a sliding window, query i seeing keys i + seqlen_k - seqlen_q - left .. + right
+    (-1: unbounded; with causal, right is 0). softcap > 0 caps the scores:
+    softcap * tanh(softmax_scale * q.k / softcap). sinks: an fp32 (heads_q,) tensor of one logit
+    per query head added to each row's softmax denominator (gpt-oss), differentiable; lse then
+    includes it.
     """
+    if len(window_size) != 2:
+        raise ValueError(f"window_size: {window_size!r}; expected (left, right)")
     out, lse = torch.ops.hfa.attention_fwd(q, k, v, causal, softmax_scale, kernel, q_descale,
                                            k_descale, v_descale, out_dtype, q_block_descale,
-                                           k_block_descale, deterministic, backward_kernel)
+                                           k_block_descale, deterministic, backward_kernel,
+                                           int(window_size[0]), int(window_size[1]),
+                                           float(softcap), sinks)
     return (out, lse) if return_lse else out
 
 

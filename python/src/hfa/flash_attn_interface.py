@@ -33,10 +33,9 @@ def _unsupported(function: str, **given) -> None:
                                       f"(only {default!r}); see docs/PYTHON.md")
 
 
-def _forward_options(function, qv, window_size, attention_chunk, softcap, num_splits, pack_gqa,
-                     sm_margin, num_splits_default=1):
-    _unsupported(function, qv=(qv, None), window_size=(window_size, (-1, -1)),
-                 attention_chunk=(attention_chunk, 0), softcap=(softcap, 0.0),
+def _forward_options(function, qv, attention_chunk, num_splits, pack_gqa, sm_margin,
+                     num_splits_default=1):
+    _unsupported(function, qv=(qv, None), attention_chunk=(attention_chunk, 0),
                  num_splits=(num_splits, num_splits_default), pack_gqa=(pack_gqa, None),
                  sm_margin=(sm_margin, 0))
 
@@ -47,13 +46,14 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
                     return_attn_probs=False):
     """q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim);
     bf16/fp16 (differentiable), or float8_e4m3fn with (batch, heads_kv) descales (forward only,
-    bf16 out). causal is bottom-right aligned. Returns out, or (out, softmax_lse) with
-    return_attn_probs (softmax_lse: fp32 (batch, heads_q, seqlen_q))."""
-    _forward_options("flash_attn_func", qv, window_size, attention_chunk, softcap, num_splits,
-                     pack_gqa, sm_margin)
+    bf16 out). causal is bottom-right aligned; window_size (left, right) and softcap as
+    FlashAttention's. Returns out, or (out, softmax_lse) with return_attn_probs (softmax_lse:
+    fp32 (batch, heads_q, seqlen_q))."""
+    _forward_options("flash_attn_func", qv, attention_chunk, num_splits, pack_gqa, sm_margin)
     return attention(q, k, v, causal=causal, softmax_scale=softmax_scale,
                      return_lse=return_attn_probs, q_descale=q_descale, k_descale=k_descale,
-                     v_descale=v_descale, deterministic=deterministic)
+                     v_descale=v_descale, deterministic=deterministic,
+                     window_size=tuple(window_size), softcap=softcap)
 
 
 def flash_attn_qkvpacked_func(qkv, softmax_scale=None, causal=False, q_descale=None,
@@ -62,8 +62,7 @@ def flash_attn_qkvpacked_func(qkv, softmax_scale=None, causal=False, q_descale=N
                               num_heads_q=None, sm_margin=0, return_attn_probs=False):
     """qkv: (batch, seqlen, 3, heads, head_dim), or (batch, seqlen, heads_q + 2 heads_kv, head_dim)
     with num_heads_q (GQA). q, k, v are views of it (no copy); the gradient is qkv's."""
-    _forward_options("flash_attn_qkvpacked_func", None, window_size, attention_chunk, softcap, 1,
-                     None, sm_margin)
+    _forward_options("flash_attn_qkvpacked_func", None, attention_chunk, 1, None, sm_margin)
     if qkv.dim() == 5:
         if qkv.shape[-3] != 3:
             raise ValueError(f"qkv: shape {tuple(qkv.shape)}; a 5-d qkv is (batch, seqlen, 3, heads, head_dim)")
@@ -81,7 +80,8 @@ def flash_attn_qkvpacked_func(qkv, softmax_scale=None, causal=False, q_descale=N
                          "or 4 with num_heads_q")
     return attention(q, k, v, causal=causal, softmax_scale=softmax_scale,
                      return_lse=return_attn_probs, q_descale=q_descale, k_descale=k_descale,
-                     v_descale=v_descale, deterministic=deterministic)
+                     v_descale=v_descale, deterministic=deterministic,
+                     window_size=tuple(window_size), softcap=softcap)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,

@@ -49,8 +49,10 @@ BackwardKernelEntry bwd_sm90_backward_entry() {
       "block, a producer warp streaming Q/dO/LSE/D through an mbarrier ring, two consumer "
       "warpgroups with dK/dV in registers, S^T/dP^T with the keys as M so that dV += P^T dO and "
       "dK += dS^T Q take P^T and dS^T from registers, dQ = dS K added in fp32 by TMA reductions";
-  e.supports = "bf16/fp16, head_dim 64 and 128 (d = 256: fa2), causal (block skipping), GQA/MQA, "
-               "deterministic mode; 16-byte aligned pointers and strides; sm90a (H100/H200)";
+  e.supports = "bf16/fp16, head_dim 64 and 128 (d = 256: fa2), causal (block skipping), sliding "
+               "window, softcap, sinks, GQA/MQA, deterministic mode; 16-byte aligned pointers and "
+               "strides; sm90a (H100/H200)";
+  e.variants = {/*window=*/true, /*softcap=*/true, /*sinks=*/true};
   e.auto_priority = 20;
   // Deterministic at head_dim 64, fa2's mode measured 3-10% faster in all 12 configurations
   // (docs/results/2026-11-24-h100-peers-bwd-deterministic-bc930cc.json; bwd_sm90's is 1-15%

@@ -41,6 +41,7 @@
 #include "kernels/sm90/common/attention_config.cuh"
 #include "kernels/sm90/common/bulk_reduce.cuh"
 #include "kernels/sm90/common/element.cuh"
+#include "kernels/sm90/common/mask.cuh"
 #include "kernels/sm90/common/pipeline.cuh"
 #include "kernels/sm90/common/staged_output.cuh"
 #include "kernels/sm90/common/tensor_map.h"
@@ -128,7 +129,9 @@ __device__ __forceinline__ void store_fragment_rows(T* dst, int64_t row_stride, 
   }
 }
 
-template <typename T, int D, bool kDeterministic>
+// Mask and Score: the forward's policies (sm90/common/mask.cuh), AttentionMask or LocalMask and
+// PlainScore or SoftcapScore.
+template <typename T, int D, bool kDeterministic, class Mask, class Score>
 __global__ void __launch_bounds__(kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ typename BwdConfig<T, D>::Params params) {
   using Config = BwdConfig<T, D>;
@@ -143,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // first (the last one) has the lower index and is launched no later (turns.cuh).
   const int kv_block = kDeterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int k0 = kv_block * kBlockN, hk = blockIdx.y, b = blockIdx.z;
-  const BackwardQBlocks<kBlockM> blocks(p, hk, k0);
+  const BackwardQBlocks<kBlockM> blocks(p, hk, k0, kBlockN);
   using QBlock = typename BackwardQBlocks<kBlockM>::Block;
 
   if (threadIdx.x == 0) {
@@ -220,8 +223,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t dq_stage = static_cast<uint32_t>(__cvta_generic_to_shared(ss.dq));
   const uint32_t dq_row_base = DqStage<kBlockM>::row_base(dq_row0, dq_col0 % 8) +
                                DqStage<kBlockM>::byte_offset(0, dq_col0 - dq_col0 % 8);
-  const float scale_log2 = p.softmax_scale * kBackwardLog2e;
-  const int offset = p.causal_offset();
+  const float scale_log2 = Score::log2_factor(p);
+  const Mask mask(p);
+  const Score score(p);
+  // KV blocks reach a Q block a block apart under a causal or window mask, at once without.
+  const bool staggered = p.causal || p.local;
 
   // Deterministic: the leader's turns on the slabs it last added, passed once those additions
   // have completed: right after the issue without the causal mask (every KV block reaches a Q
@@ -278,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       NamedBarrier::arrive(128, kDqStageBarrier + 2 + warpgroup);
     }
     if (wg_leader) {
-      if (p.causal) pass_pending_turns();  // the previous block's, a block late (above)
+      if (staggered) pass_pending_turns();  // the previous block's, a block late (above)
       CUTE_UNROLL
       for (int s = 0; s < Config::kSlabsPerWarpgroup; ++s) {
         const int slab = warpgroup * Config::kSlabsPerWarpgroup + s;
@@ -291,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                     slab * Config::kDqSlabCols, qb.q0, b * p.heads_q + qb.h);
         sm90::bulk_commit_group();
       }
-      if (!p.causal) pass_pending_turns();
+      if (!staggered) pass_pending_turns();
     }
   };
 
@@ -320,23 +326,35 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     sm90::fence_after_wait(tSrS, tSrdP);
 
-    // P^T. A key is seen by a query iff it is below the query's key_limit; only KV blocks that
-    // cross the causal diagonal or the end of the keys pay for the compare. Padded query rows
-    // have LSE2 = +inf: P = 0.
+    // P^T. A key is seen by a query iff it lies in the query's [key_begin, key_limit) (the Mask);
+    // only KV blocks that cross the causal diagonal, a window's edge or the end of the keys pay
+    // for the compares. Padded query rows have LSE2 = +inf: P = 0.
+    // With the softcap, dS^T = P^T (dP^T - D) tanh'(.) is computed here too, from the tanh in hand
+    // (kept for later, it would take another S^T-sized fragment of registers); without it, below,
+    // while dV's GEMM runs.
     Tensor s_rc = sm90::as_rowcol(tSrS);
     Tensor dp_rc = sm90::as_rowcol(tSrdP);
     const float2* stats = ss.stats[st.index];
-    const bool needs_mask = k0 + kBlockN > p.seqlen_k || (p.causal && k0 + kBlockN - 1 > blk.q0 + offset);
+    const bool needs_mask = !mask.covers(blk.q0, blk.q0 + kBlockM - 1, k0, k0 + kBlockN);
     CUTE_UNROLL
     for (int c = 0; c < size<1>(s_rc); ++c) {
       const int q = get<1>(c_rc(0, c));
       const float lse2 = stats[q].x;
-      const int limit = needs_mask ? (p.causal ? min(p.seqlen_k, blk.q0 + q + offset + 1) : p.seqlen_k) - k0
-                                   : kBlockN;
+      const int limit = needs_mask ? mask.key_limit(blk.q0 + q) - k0 : kBlockN;
+      const int begin = Mask::kInterval && needs_mask ? mask.key_begin(blk.q0 + q) - k0 : 0;
       CUTE_UNROLL
       for (int r = 0; r < size<0>(s_rc); ++r) {
-        const float prob = exp2_approx(fmaf(s_rc(r, c), scale_log2, -lse2));
-        s_rc(r, c) = get<0>(c_rc(r, c)) < limit ? prob : 0.f;
+        const int key = get<0>(c_rc(r, c));
+        const bool seen = key < limit && (!Mask::kInterval || key >= begin);
+        if constexpr (Score::kTransforms) {
+          const float t = tanh_approx(s_rc(r, c) * score.pre);
+          const float prob = seen ? exp2_approx(fmaf(t, scale_log2, -lse2)) : 0.f;
+          s_rc(r, c) = prob;
+          dp_rc(r, c) = prob * (dp_rc(r, c) - stats[q].y) * (1.f - t * t);
+        } else {
+          const float prob = exp2_approx(fmaf(s_rc(r, c), scale_log2, -lse2));
+          s_rc(r, c) = seen ? prob : 0.f;
+        }
       }
     }
     Tensor tdVrP = sm90::acc_to_a_operand<E>(tSrS);
@@ -345,11 +363,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     Tensor tdVrdO = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QtLayout{}));
     Tensor tdKrQ = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QtLayout{}));
     sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_dkv, tdVrP, tdVrdO, tdV);
-    CUTE_UNROLL
-    for (int c = 0; c < size<1>(dp_rc); ++c) {
-      const float d_row = stats[get<1>(c_rc(0, c))].y;
+    if constexpr (!Score::kTransforms) {
       CUTE_UNROLL
-      for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) = s_rc(r, c) * (dp_rc(r, c) - d_row);
+      for (int c = 0; c < size<1>(dp_rc); ++c) {
+        const float d_row = stats[get<1>(c_rc(0, c))].y;
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) = s_rc(r, c) * (dp_rc(r, c) - d_row);
+      }
     }
     Tensor tdKrdS = sm90::acc_to_a_operand<E>(tSrdP);
     sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_dkv, tdKrdS, tdKrQ, tdK);
@@ -385,9 +405,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // The main kernel's launch (descriptors, shared memory, one CTA per (KV block, KV head, batch)),
-// between the shared pre- and post-passes.
-template <typename T, int D>
-cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream) {
+// between the shared pre- and post-passes, for one mask and score policy.
+template <typename T, int D, class Mask, class Score>
+cudaError_t launch_policies(const BwdProblem& bp, cudaStream_t stream) {
   using Config = BwdConfig<T, D>;
   using E = typename Config::E;
   static_assert(Config::kSmemBytes <= smem_bytes(D), "bwd_sm90_launch.h's smem_bytes() must bound the kernel's");
@@ -413,10 +433,27 @@ cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream) {
           err != cudaSuccess)
         return err;
     }
-    auto* kernel = bp.deterministic ? bwd_sm90_kernel<T, D, true> : bwd_sm90_kernel<T, D, false>;
+    auto* kernel = bp.deterministic ? bwd_sm90_kernel<T, D, true, Mask, Score>
+                                    : bwd_sm90_kernel<T, D, false, Mask, Score>;
     const dim3 grid((p.seqlen_k + Config::kBlockN - 1) / Config::kBlockN, p.heads_kv, p.batch);
     return launch_with_smem(kernel, grid, kThreads, Config::kSmemBytes, stream, params);
   });
+}
+
+template <typename T, int D, bool kLocal, bool kSoftcap>
+cudaError_t launch_variant(const BwdProblem& bp, cudaStream_t stream) {
+  return launch_policies<T, D, std::conditional_t<kLocal, sm90::LocalMask, sm90::AttentionMask>,
+                         std::conditional_t<kSoftcap, sm90::SoftcapScore, sm90::PlainScore>>(bp, stream);
+}
+
+// Dense and causal here; the window and softcap variants in bwd_sm90_variants_hdim<D>.cu.
+template <typename T, int D>
+cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream) {
+  const FwdProblem& p = bp.fwd;
+  if (p.local) return p.softcap > 0.f ? launch_variant<T, D, true, true>(bp, stream)
+                                       : launch_variant<T, D, true, false>(bp, stream);
+  if (p.softcap > 0.f) return launch_variant<T, D, false, true>(bp, stream);
+  return launch_policies<T, D, sm90::AttentionMask, sm90::PlainScore>(bp, stream);
 }
 
 }  // namespace hfa::bwd_sm90

@@ -36,4 +36,9 @@ static_assert(smem_bytes(128) <= 232448, "bwd_sm90's d = 128 shape exceeds 227 K
 template <typename T, int D>
 cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream);  // bwd_sm90_hdim<D>.cu
 
+// With a sliding window (FwdProblem::local) and/or softcap; launch_backward calls it for such
+// problems. bwd_sm90_variants_hdim<D>.cu.
+template <typename T, int D, bool kLocal, bool kSoftcap>
+cudaError_t launch_variant(const BwdProblem& bp, cudaStream_t stream);
+
 }  // namespace hfa::bwd_sm90

@@ -14,6 +14,7 @@
 
 #include "common/problem.h"
 #include "kernels/common/backward_workspace.h"
+#include "kernels/common/sink_grad.h"
 #include "kernels/common/numeric.cuh"
 
 namespace hfa {
@@ -120,8 +121,10 @@ __global__ void backward_convert_dq_kernel(BwdProblem bp) {
 // The Q blocks that the CTA of one KV block (first key k0, KV head hk) visits, in order: every
 // Q block of every query head that reads KV head hk (GQA/MQA: the sum over the group happens on
 // chip), skipping under causal masking the Q blocks wholly before the KV block (query i sees key
-// k0 iff i >= k0 - offset). Iteration it works on query head h and the Q block starting at row q0;
-// next() steps without an integer division.
+// k0 iff i >= k0 - offset), and under a sliding window (FwdProblem::local) also those wholly
+// after it (query i sees key k0 + block_n - 1 iff i <= k0 + block_n - 1 - offset + window_left).
+// Iteration it works on query head h and the Q block starting at row q0; next() steps without an
+// integer division.
 template <int BlockM>
 struct BackwardQBlocks {
   struct Block {
@@ -129,10 +132,14 @@ struct BackwardQBlocks {
   };
   int m_begin, n_iters, q_end, h_first;
 
-  __device__ BackwardQBlocks(const FwdProblem& p, int hk, int k0) {
-    const int first_row = p.causal ? k0 - p.causal_offset() : 0;
+  __device__ BackwardQBlocks(const FwdProblem& p, int hk, int k0, int block_n) {
+    const int offset = p.causal_offset();
+    const int first_row = p.causal ? k0 - offset : p.local ? k0 - offset - p.window_right : 0;
+    // One past the last row that sees a key of the block (window_left <= 2^30, no overflow).
+    const int row_end = p.local ? min(p.seqlen_q, max(0, k0 + block_n - offset + p.window_left))
+                                : p.seqlen_q;
     m_begin = first_row <= 0 ? 0 : first_row / BlockM;
-    const int m_count = max(0, (p.seqlen_q + BlockM - 1) / BlockM - m_begin);
+    const int m_count = max(0, (row_end + BlockM - 1) / BlockM - m_begin);
     n_iters = p.group_size() * m_count;
     q_end = (m_begin + m_count) * BlockM;
     h_first = hk * p.group_size();
@@ -147,9 +154,10 @@ struct BackwardQBlocks {
 
 // Deterministic dQ (BwdProblem::dq_turns, backward_workspace.h): the additions into each Q block
 // (and dQ slab) happen in a fixed order, from the last KV block that adds to it, last(blk), down
-// to 0. counter(): the turn counter of block blk's slab `slot`; turn(): KV block kv_block's turn
-// on it, last(blk) - kv_block. (The blocks adding to Q block blk are exactly 0 .. last(blk): the
-// causal skip drops a prefix of Q blocks only.)
+// to the first. counter(): the turn counter of block blk's slab `slot`; turn(): KV block
+// kv_block's turn on it, last(blk) - kv_block. (The blocks adding to Q block blk are a contiguous
+// range ending at last(blk): the causal skip drops a prefix of Q blocks, the window a prefix and
+// a suffix.)
 template <int BlockM, int BlockN>
 struct DqTurns {
   static_assert(BlockM % kDqTurnRows == 0, "a Q block covers whole turn blocks");
@@ -162,6 +170,7 @@ struct DqTurns {
                              int kv_block, int n_kv_blocks) {
     int last = n_kv_blocks - 1;
     if (p.causal) last = min(last, (blk.q0 + BlockM - 1 + p.causal_offset()) / BlockN);
+    if (p.local) last = min(last, (blk.q0 + BlockM - 1 + p.causal_offset() + p.window_right) / BlockN);
     return last - kv_block;
   }
 };
@@ -179,6 +188,9 @@ cudaError_t launch_backward_passes(const BwdProblem& bp, cudaStream_t stream, Ma
         <<<dim3((bp.row_stats_rows + kRowsPerBlock - 1) / kRowsPerBlock, p.heads_q, p.batch),
            kRowStatsThreads, 0, stream>>>(bp);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
+  if (bp.dsinks) {  // also with seqlen_q == 0: the sum of no rows, 0
+    if (cudaError_t err = launch_backward_sink_grad(bp, stream); err != cudaSuccess) return err;
   }
   if (p.seqlen_k > 0) {
     if (cudaError_t err = main(); err != cudaSuccess) return err;

@@ -27,6 +27,14 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
+// tanh(x) in one MUFU.TANH (sm75+): relative error about 2^-11, below the bf16/fp16 rounding of
+// the inputs it is applied to (softcap's scores); tanh_approx(+-inf) = +-1.
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // The softmax's exponent is exp2(s * scale_log2 - max). With a positive scale the multiply folds
 // into that FFMA, exp2(fma(s, factor, -max * factor)), with the row max taken over the raw scores
 // (the max of the scaled scores is the scaled max). A zero or negative scale (allowed, if odd)

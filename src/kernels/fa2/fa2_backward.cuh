@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
 
   const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride;
   const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride;
-  const BackwardQBlocks<kBlockM> blocks(p, hk, k0);
+  const BackwardQBlocks<kBlockM> blocks(p, hk, k0, kBlockN);
   const int n_iters = blocks.n_iters;  // (query head of the group, Q block) pairs
   using QBlock = typename BackwardQBlocks<kBlockM>::Block;
   auto next_block = [&](QBlock blk) { return blocks.next(blk); };

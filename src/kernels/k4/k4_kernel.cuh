@@ -61,7 +61,7 @@ __device__ __forceinline__ void consume_q_tile(const typename K4Config<T, D>::Pa
 
   Config::QPipeline::consumer_wait(ss.q_pipeline, Config::QPipeline::consumer_start());
   typename Pipeline::State consumer = Pipeline::consumer_start();
-  for (int tile = 0; tile < range.n_tiles; ++tile) {
+  for (int tile = 0; tile < range.end; ++tile) {
     Pipeline::consumer_wait(ss.pipeline, consumer);
     Tensor tSrK = thr_qk.partition_fragment_B(
         make_tensor(make_smem_ptr(ss.k[consumer.index]), typename Config::KVLayout{}));
@@ -71,7 +71,7 @@ __device__ __forceinline__ void consume_q_tile(const typename K4Config<T, D>::Pa
     // Scale (unless folded) and mask only the tiles that cross the diagonal or the end of the keys.
     Tensor s_rc = sm90::as_rowcol(tSrS);
     Tensor c_rc = sm90::as_rowcol(tScS);
-    sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, tile >= range.n_unmasked, q0, tile * kBlockN,
+    sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, range.needs_mask(tile), q0, tile * kBlockN,
                                      scale_log2);
     softmax.update(s_rc, o_rc);
 
@@ -119,10 +119,10 @@ __global__ void __launch_bounds__(256, 1)
     typename Config::QPipeline::State q_state = Config::QPipeline::producer_start();
     sm90::load_q_stage<typename Config::QPipeline, Config::kBlockM, D, typename Config::QLayout>(
         ss.q_pipeline, q_state, params.tma_q, ss.q, p, bc.head, bc.batch, bc.m_block);
-    for (int tile = 0; tile < min(Config::kStages, range.n_tiles); ++tile) issue_kv(tile);
+    for (int tile = 0; tile < min(Config::kStages, range.end); ++tile) issue_kv(tile);
   }
   consume_q_tile<T, D>(params, ss, bc, range, threadIdx.x, [&](int tile) {
-    if (threadIdx.x == 0 && tile + Config::kStages < range.n_tiles) issue_kv(tile + Config::kStages);
+    if (threadIdx.x == 0 && tile + Config::kStages < range.end) issue_kv(tile + Config::kStages);
   });
 }
 

@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       sm90::load_q_stage<typename Config::QPipeline, Config::kBlockM, D, typename Config::QLayout>(
           ss.q_pipeline, q_state, params.tma_q, ss.q, p, bc.head, bc.batch, bc.m_block);
       typename Pipeline::State producer = Pipeline::producer_start();
-      for (int tile = 0; tile < range.n_tiles; ++tile)  // waits for each stage to be released
+      for (int tile = 0; tile < range.end; ++tile)  // waits for each stage to be released
         sm90::load_kv_tiles<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
             ss.pipeline, producer, params.tma_k, params.tma_v, ss.k[0], ss.v[0], p, hk, bc.batch,
             tile);

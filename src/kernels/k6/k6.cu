@@ -23,10 +23,12 @@ struct K6Family {
 }  // namespace
 
 KernelEntry k6_entry() {
-  return make_entry<K6Family<k6::Variant::kFull>>(
+  KernelEntry e = make_entry<K6Family<k6::Variant::kFull>>(
       "K6: K5 plus ping-pong of the two consumer warpgroups (named barriers), intra-warpgroup "
       "overlap (softmax of tile j while P V of tile j-1 runs), persistent longest-first scheduler",
-      HFA_K6_SUPPORTS, /*auto_priority=*/40);
+      HFA_K6_SUPPORTS ", sliding window, softcap, sinks", /*auto_priority=*/40);
+  e.variants = {/*window=*/true, /*softcap=*/true, /*sinks=*/true};  // the ablations: none
+  return e;
 }
 
 KernelEntry k6_no_pingpong_entry() {

@@ -71,7 +71,7 @@ using K6Config = sm90::AttentionConfig<T, D, block_n(D), stages(D),
 // One consumer warpgroup's work on one Q tile (its 64 rows): every KV tile, then O and LSE out.
 // kv / q: the consumer's positions in the K and V rings (they move together) and the Q ring,
 // carried across tiles. Which tile it is comes with Q (SharedStorage::q_tile_coord).
-template <typename T, class Config, bool kPingPong, bool kOverlap>
+template <typename T, class Config, bool kPingPong, bool kOverlap, class Mask, class Score>
 __device__ __forceinline__ void consume_tile(const typename Config::Params& params,
                                              typename Config::SharedStorage& ss,
                                              typename Config::Pipeline::State& kv,
@@ -87,9 +87,10 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   QPipeline::consumer_wait(ss.q_pipeline, q);
   const sm90::BlockCoord bc = sm90::published_tile(ss.q_tile_coord);
   const int q0 = bc.m_block * kBlockM;
-  const sm90::KvRange range = sm90::AttentionMask::range(p, q0, kBlockM, kBlockN);
-  const sm90::AttentionMask mask(p);
-  const float scale_log2 = p.softmax_scale * sm90::kLog2e;
+  const sm90::KvRange range = Mask::range(p, q0, kBlockM, kBlockN);
+  const Mask mask(p);
+  const Score score(p);
+  const float scale_log2 = Score::log2_factor(p);
 
   typename Config::MmaQK mma_qk;
   typename Config::MmaPV mma_pv;
@@ -146,13 +147,13 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   // S of `tile` (K stage `st`) has landed: K_j is free (the last one held when O is staged in
   // it), and Q after the tile's last Q K^T; scale, mask (where `masked`), softmax.
   auto release_and_mask = [&](int tile, const typename Pipeline::State& st, bool masked) {
-    const bool last = tile == range.n_tiles - 1;
+    const bool last = tile == range.end - 1;
     if (!kRingStaging || !last) Pipeline::consumer_release(ss.pipeline, st);
     if (last) {
       QPipeline::consumer_release(ss.q_pipeline, q);
       if (kRingStaging && warpgroup == 1) NamedBarrier::arrive(256, kKDone);
     }
-    sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, masked, q0, tile * kBlockN, scale_log2);
+    sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, masked, q0, tile * kBlockN, scale_log2, score);
   };
   auto softmax_of = [&](int tile, const typename Pipeline::State& st, bool masked) {
     release_and_mask(tile, st, masked);
@@ -162,23 +163,23 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   // P operand, so it runs once the previous P V has landed; it rescales O itself, when needed.
   Tensor p_rc = make_tensor(tOrP.data(), s_rc.layout());
 
-  if (range.n_tiles == 0) QPipeline::consumer_release(ss.q_pipeline, q);  // sees no key: O = 0
+  if (range.empty()) QPipeline::consumer_release(ss.q_pipeline, q);  // sees no key: O = 0
   typename Pipeline::State prev = kv;  // the stage whose P V is pending
-  if (range.n_tiles > 0) {
-    // Tile 0: S_0 alone (O is zero: no rescale).
+  if (!range.empty()) {
+    // The first tile: S alone (O is zero: no rescale).
     Pipeline::consumer_wait(ss.pipeline, kv);
     turns.begin();
     issue_qk(kv);
     turns.end();
     warpgroup_wait<0>();
     sm90::fence_after_wait(tSrS);
-    softmax_of(0, kv, range.n_unmasked == 0);
+    softmax_of(range.begin, kv, range.needs_mask(range.begin));
     sm90::convert_to_a_operand(tSrS, tOrP);
     prev = kv;
     kv.advance();
   }
-  for (int tile = 1; tile < range.n_tiles; ++tile) {
-    const bool masked = tile >= range.n_unmasked;
+  for (int tile = range.begin + 1; tile < range.end; ++tile) {
+    const bool masked = range.needs_mask(tile);
     Pipeline::consumer_wait(ss.pipeline, kv);
     turns.begin();
     if constexpr (kOverlap) {  // S_j and P_{j-1} V_{j-1} in flight together; wait for S_j only
@@ -222,7 +223,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     prev = kv;
     kv.advance();
   }
-  if (range.n_tiles > 0) {  // the last tile's P V
+  if (!range.empty()) {  // the last tile's P V
     Pipeline::consumer_wait(ss.pipeline_v, prev);
     turns.begin();
     issue_pv(prev);
@@ -233,7 +234,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   }
 
   float lse[kRows], inv[kRows];
-  softmax.finalize(inv, lse);
+  softmax.finalize(inv, lse, p.sinks ? p.sinks[bc.head * p.sinks_stride] * sm90::kLog2e : -INFINITY);
   Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<D>>{}));
   Tensor coord_rc = sm90::as_rowcol(tOcO);
   const int row_block = bc.m_block * (kBlockM / sm90::kStagedRows) + warpgroup;
@@ -241,7 +242,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     sm90::store_output_staged<T, D>(params.tma_o, ss.o_staging.o + warpgroup * sm90::kStagedRows * D,
                                     o_rc, inv, p, bc.batch, bc.head, row_block, warpgroup, wg_thread);
     sm90::store_lse(p, coord_rc, lse, bc.batch, bc.head, q0);
-  } else if (kRingStaging && range.n_tiles > 0) {
+  } else if (kRingStaging && !range.empty()) {
     if (warpgroup == 0) {
       NamedBarrier::sync(256, kKDone);
       NamedBarrier::arrive(256, kVDone);
@@ -262,7 +263,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   }
 }
 
-template <typename T, class Config, Variant V>
+template <typename T, class Config, Variant V, class Mask, class Score>
 __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
     k6_forward_kernel(const __grid_constant__ typename Config::Params params) {
   constexpr int D = Config::kHeadDim;
@@ -293,12 +294,12 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
       const int idx = scheduler.tile_index(round, blockIdx.x, gridDim.x);
       if (idx >= scheduler.tiles()) continue;
       const sm90::BlockCoord bc = scheduler.block_coord(idx);
-      const int n_tiles = sm90::AttentionMask::range(p, bc.m_block * Config::kBlockM,
-                                                     Config::kBlockM, Config::kBlockN).n_tiles;
+      const sm90::KvRange range = Mask::range(p, bc.m_block * Config::kBlockM, Config::kBlockM,
+                                              Config::kBlockN);
       sm90::load_q_stage_of<QPipeline, Config::kBlockM, D, typename Config::QLayout>(
           ss.q_pipeline, q, params.tma_q, ss.q, p, bc, ss.q_tile_coord);
       const int hk = bc.head / p.group_size();
-      for (int tile = 0; tile < n_tiles; ++tile) {  // each waits for its stage to be released
+      for (int tile = range.begin; tile < range.end; ++tile) {  // each waits for its stage's release
         sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
             ss.pipeline, kv, params.tma_k, ss.k[0], p, hk, bc.batch, tile);
         sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
@@ -315,7 +316,7 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
     turns.start();
     for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
       if (scheduler.tile_index(round, blockIdx.x, gridDim.x) >= scheduler.tiles()) continue;
-      consume_tile<T, Config, kPingPong, kOverlap>(params, ss, kv, q, turns, mma_thread);
+      consume_tile<T, Config, kPingPong, kOverlap, Mask, Score>(params, ss, kv, q, turns, mma_thread);
       q.advance();
     }
     turns.finish();
@@ -323,21 +324,43 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
   }
 }
 
-template <typename T, class Config, Variant V>
+template <typename T, class Config, Variant V, class Mask, class Score>
 cudaError_t launch_config(const FwdProblem& p, cudaStream_t stream) {
   static_assert(Config::kSmemBytes <= smem_bytes(Config::kHeadDim),
                 "k6_launch.h's smem_bytes() must bound the kernel's");
-  return sm90::launch_persistent<Config>(k6_forward_kernel<T, Config, V>,
+  return sm90::launch_persistent<Config>(k6_forward_kernel<T, Config, V, Mask, Score>,
                                          threads(Config::kConsumerWarpgroups), sizeof(T),
                                          kL2GroupBytes, p, stream);
 }
 
+// The policies of a score variant (k6_launch.h: launch_variant): the sliding window's mask, the
+// softcap's score transform.
+template <typename T, int D, Variant V, bool kLocal, bool kSoftcap>
+cudaError_t launch_policies(const FwdProblem& p, cudaStream_t stream) {
+  using Mask = std::conditional_t<kLocal, sm90::LocalMask, sm90::AttentionMask>;
+  using Score = std::conditional_t<kSoftcap, sm90::SoftcapScore, sm90::PlainScore>;
+  if constexpr (max_consumer_warpgroups(D) == 3) {
+    if (wide_q_tile(p)) return launch_config<T, K6Config<T, D, 3>, V, Mask, Score>(p, stream);
+  }
+  return launch_config<T, K6Config<T, D, 2>, V, Mask, Score>(p, stream);
+}
+
+template <typename T, int D, bool kLocal, bool kSoftcap>
+cudaError_t launch_variant(const FwdProblem& p, cudaStream_t stream) {
+  return launch_policies<T, D, Variant::kFull, kLocal, kSoftcap>(p, stream);
+}
+
+// Dense and causal attention here; the window and softcap variants in their own translation unit
+// (k6_variants_hdim<D>.cu), compiled in parallel. Sinks need no variant: they enter once per
+// tile, in the softmax's finalize. The ablation variants take neither (k6.cu declares it).
 template <typename T, int D, Variant V>
 cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
-  if constexpr (max_consumer_warpgroups(D) == 3) {
-    if (wide_q_tile(p)) return launch_config<T, K6Config<T, D, 3>, V>(p, stream);
+  if constexpr (V == Variant::kFull) {
+    if (p.local) return p.softcap > 0.f ? launch_variant<T, D, true, true>(p, stream)
+                                         : launch_variant<T, D, true, false>(p, stream);
+    if (p.softcap > 0.f) return launch_variant<T, D, false, true>(p, stream);
   }
-  return launch_config<T, K6Config<T, D, 2>, V>(p, stream);
+  return launch_policies<T, D, V, false, false>(p, stream);
 }
 
 }  // namespace hfa::k6

@@ -71,4 +71,9 @@ enum class Variant { kFull, kNoPingPong, kNoIntraWarpgroupOverlap };
 template <typename T, int D, Variant V>
 cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream);  // k6_hdim<D>.cu
 
+// k6 (Variant::kFull) with a sliding window (FwdProblem::local) and/or softcap; launch_forward
+// calls it for such problems. k6_variants_hdim<D>.cu.
+template <typename T, int D, bool kLocal, bool kSoftcap>
+cudaError_t launch_variant(const FwdProblem& p, cudaStream_t stream);
+
 }  // namespace hfa::k6

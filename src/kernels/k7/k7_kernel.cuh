@@ -192,16 +192,16 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   // scale_log2: the tile's (Scales::tile_scale_log2, read before S is waited for).
   auto softmax_of = [&](int tile, const typename Pipeline::State& st, float scale_log2) {
     Pipeline::consumer_release(ss.pipeline_k, st);
-    if (tile == range.n_tiles - 1) QPipeline::consumer_release(ss.q_pipeline, q);
-    sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, tile >= range.n_unmasked, q0,
+    if (tile == range.end - 1) QPipeline::consumer_release(ss.q_pipeline, q);
+    sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, range.needs_mask(tile), q0,
                                      tile * kBlockN, scale_log2);
     if constexpr (Scales::kTileFactor) softmax.set_factor(scale_log2);
     softmax.update_scores(s_rc, alpha);
   };
 
-  if (range.n_tiles == 0) QPipeline::consumer_release(ss.q_pipeline, q);  // sees no key: O = 0
+  if (range.end == 0) QPipeline::consumer_release(ss.q_pipeline, q);  // sees no key: O = 0
   typename Pipeline::State prev = kv;  // the stage whose P V is pending
-  if (range.n_tiles > 0) {             // tile 0: S_0 alone (O is zero: no rescale)
+  if (range.end > 0) {             // tile 0: S_0 alone (O is zero: no rescale)
     Pipeline::consumer_wait(ss.pipeline_k, kv);
     turns.begin();
     issue_qk(kv);
@@ -213,7 +213,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     prev = kv;
     kv.advance();
   }
-  for (int tile = 1; tile < range.n_tiles; ++tile) {
+  for (int tile = 1; tile < range.end; ++tile) {
     const float scale_log2 = scales.tile_scale_log2(tile);
     Pipeline::consumer_wait(ss.pipeline_k, kv);
     turns.begin();
@@ -232,7 +232,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     prev = kv;
     kv.advance();
   }
-  if (range.n_tiles > 0) {  // the last tile's P V
+  if (range.end > 0) {  // the last tile's P V
     Pipeline::consumer_wait(ss.pipeline_vt, prev);
     turns.begin();
     issue_pv(prev);
@@ -263,7 +263,7 @@ __device__ __forceinline__ void for_each_tile(const FwdProblem& p,
     if (idx >= scheduler.tiles()) continue;
     const sm90::BlockCoord bc = scheduler.block_coord(idx);
     fn(bc, sm90::AttentionMask::range(p, bc.m_block * Config::kBlockM, Config::kBlockM,
-                                      Config::kBlockN).n_tiles);
+                                      Config::kBlockN).end);
   }
 }
 

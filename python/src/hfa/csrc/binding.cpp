@@ -7,6 +7,7 @@
 
 #include <hfa/hfa.h>
 
+#include <climits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -75,17 +76,33 @@ void set_common_args(Args* args, const at::Tensor& q, const at::Tensor& k, const
   args->kernel = kernel;
 }
 
+// The score variants (sliding window, softcap, sinks), also shared.
+template <class Args>
+void set_variant_args(Args* args, int64_t window_left, int64_t window_right, double softcap,
+                      const std::optional<at::Tensor>& sinks, const at::Device& device) {
+  for (int64_t w : {window_left, window_right})
+    if (w < INT32_MIN || w > INT32_MAX)
+      throw std::invalid_argument("window_size: " + std::to_string(w) + " does not fit int32");
+  args->window_left = static_cast<int>(window_left);
+  args->window_right = static_cast<int>(window_right);
+  args->softcap = static_cast<float>(softcap);
+  if (sinks) args->sinks = to_view(*sinks, "sinks", device);
+}
+
 // Writes out (and lse, if given) in place; the Python custom op allocates them. The descales:
 // fp32 (batch, heads_kv), or the block descales (ForwardArgs), with float8_e4m3fn q/k/v only.
 void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
              std::optional<at::Tensor> lse, bool causal, std::optional<double> softmax_scale,
              const std::string& kernel, std::optional<at::Tensor> q_descale,
              std::optional<at::Tensor> k_descale, std::optional<at::Tensor> v_descale,
-             std::optional<at::Tensor> q_block_descale, std::optional<at::Tensor> k_block_descale) {
+             std::optional<at::Tensor> q_block_descale, std::optional<at::Tensor> k_block_descale,
+             int64_t window_left, int64_t window_right, double softcap,
+             std::optional<at::Tensor> sinks) {
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
   hfa::ForwardArgs args;
   set_common_args(&args, q, k, v, out, causal, softmax_scale, kernel, device);
+  set_variant_args(&args, window_left, window_right, softcap, sinks, device);
   if (lse) args.lse = to_view(*lse, "lse", device);
   if (q_descale) args.q_descale = to_view(*q_descale, "q_descale", device);
   if (k_descale) args.k_descale = to_view(*k_descale, "k_descale", device);
@@ -119,15 +136,19 @@ void quantize_fp8(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   throw_if_error(hfa::quantize_fp8(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
 }
 
-// Writes dq, dk, dv in place; the Python custom op allocates them.
+// Writes dq, dk, dv (and dsinks, if given) in place; the Python custom op allocates them.
 void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
               const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk,
               at::Tensor& dv, bool causal, std::optional<double> softmax_scale,
-              const std::string& kernel, bool deterministic) {
+              const std::string& kernel, bool deterministic, int64_t window_left,
+              int64_t window_right, double softcap, std::optional<at::Tensor> sinks,
+              std::optional<at::Tensor> dsinks) {
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
   hfa::BackwardArgs args;
   set_common_args(&args, q, k, v, out, causal, softmax_scale, kernel, device);
+  set_variant_args(&args, window_left, window_right, softcap, sinks, device);
+  if (dsinks) args.dsinks = to_view(*dsinks, "dsinks", device);
   args.dout = to_view(dout, "dout", device);
   args.lse = to_view(lse, "lse", device);
   args.dq = to_view(dq, "dq", device);
@@ -226,6 +247,9 @@ pybind11::list kernel_list(const std::vector<hfa::KernelInfo>& kernels) {
     d["supports"] = k.supports;
     d["fp8"] = k.fp8;
     d["fp8_block_scales"] = k.fp8_block_scales;
+    d["window"] = k.window;
+    d["softcap"] = k.softcap;
+    d["sinks"] = k.sinks;
     out.append(d);
   }
   return out;

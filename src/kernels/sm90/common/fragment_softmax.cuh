@@ -208,14 +208,26 @@ struct OnlineSoftmax {
   // Each row's factor for O (1 / row sum; 0 for rows that saw no key: the l = 0 guard) and its
   // natural-log LSE (-inf for those rows). O itself is not touched: the epilogue applies the
   // factor as it converts (store_output), one multiply per element either way.
-  __device__ __forceinline__ void finalize(float (&inv)[kRows], float (&lse)[kRows]) const {
+  // sink_log2: an attention sink's logit in log2 units (FwdProblem::sinks times log2(e)), or -inf
+  // for none: exp2(sink_log2) joins the denominator (not O), so O = acc / (l + 2^(sink - m)) and
+  // LSE = log of the whole denominator, taken against max(m, sink) so neither term overflows
+  // (a row that saw no key: O = 0, LSE = the sink). Warp-uniform branch, once per tile.
+  __device__ __forceinline__ void finalize(float (&inv)[kRows], float (&lse)[kRows],
+                                           float sink_log2 = -INFINITY) const {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const float l = quad_sum(row_sum[r]);
-      inv[r] = l > 0.f ? 1.f / l : 0.f;
       const float m = kTileFactor ? row_max[r] : row_max[r] * factor;
-      lse[r] = l > 0.f ? (m + log2f(l) - static_cast<float>(kPOffsetLog2)) * kLn2
-                       : -INFINITY;
+      if (sink_log2 == -INFINITY) {
+        inv[r] = l > 0.f ? 1.f / l : 0.f;
+        lse[r] = l > 0.f ? (m + log2f(l) - static_cast<float>(kPOffsetLog2)) * kLn2 : -INFINITY;
+      } else {
+        const float top = l > 0.f ? fmaxf(m, sink_log2) : sink_log2;
+        const float keys = l > 0.f ? exp2f(m - top) : 0.f;  // the keys' terms' factor
+        const float total = l * keys + exp2f(sink_log2 - top + static_cast<float>(kPOffsetLog2));
+        inv[r] = keys / total;
+        lse[r] = (top + log2f(total) - static_cast<float>(kPOffsetLog2)) * kLn2;
+      }
     }
   }
 };
