@@ -2,7 +2,8 @@
 randomly initialised models built from configs (no download): logits of hfa in bf16 against an
 fp32 SDPA model of the same weights, by the tolerance rule (error <= 2 x the error of bf16 SDPA +
 atol), with and without left padding; greedy generate() equal to bf16 SDPA's (a differing token
-must be a near-tie of the fp32 model); models that need what hfa lacks refuse by name."""
+must be a near-tie of the fp32 model); Mistral's sliding window, Gemma 2's softcap and
+gpt-oss's sinks against the eager reference; what hfa lacks is refused by name."""
 import copy
 
 import pytest
@@ -29,14 +30,38 @@ def mistral_config(sliding_window=None):
                                       max_position_embeddings=256, sliding_window=sliding_window)
 
 
-def models(config):
-    """(fp32 SDPA reference, bf16 SDPA, bf16 hfa), the same random weights. Each model gets its own
-    copy of the config: the attention implementation is recorded in it and read at every call."""
+def gemma2_config():
+    # Gemma 2: softcap on the attention logits, every other layer a sliding window.
+    return transformers.Gemma2Config(vocab_size=512, hidden_size=256, intermediate_size=512,
+                                     num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, head_dim=64, sliding_window=16,
+                                     attn_logit_softcapping=20.0, max_position_embeddings=256)
+
+
+def gpt_oss_config():
+    # gpt-oss: attention sinks (s_aux), sliding-window layers; tiny MoE.
+    return transformers.GptOssConfig(vocab_size=512, hidden_size=256, intermediate_size=256,
+                                     num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, head_dim=64, sliding_window=16,
+                                     num_local_experts=4, num_experts_per_tok=2,
+                                     max_position_embeddings=256)
+
+
+def models(config, reference="sdpa"):
+    """(fp32 reference, bf16 reference, bf16 hfa), the same random weights: the reference is SDPA,
+    or "eager" for models whose attention SDPA does not express (softcap, sinks). Each model gets
+    its own copy of the config: the attention implementation is recorded in it and read at every
+    call."""
     torch.manual_seed(0)
-    ref = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="sdpa")
+    ref = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=reference)
+    if reference == "eager":  # random sinks, so that they matter (they are initialised to zero)
+        with torch.no_grad():
+            for name, param in ref.named_parameters():
+                if name.endswith("sinks"):
+                    param.uniform_(-1, 3)
     state = ref.state_dict()
     out = [ref.to("cuda").eval()]
-    for impl in ("sdpa", "hfa"):
+    for impl in (reference, "hfa"):
         m = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=impl)
         m.load_state_dict(state)
         out.append(m.to("cuda", torch.bfloat16).eval())
@@ -54,10 +79,22 @@ def inputs(pad):
     return ids, mask
 
 
+CONFIGS = {
+    "llama_gqa": (llama_config, "sdpa"),
+    "mistral": (mistral_config, "sdpa"),
+    "mistral_window": (lambda: mistral_config(sliding_window=16), "sdpa"),
+    "gemma2_softcap_window": (gemma2_config, "eager"),
+    "gpt_oss_sinks_window": (gpt_oss_config, "eager"),
+}
+
+
 @pytest.mark.parametrize("pad", [False, True])
-@pytest.mark.parametrize("config", [llama_config, mistral_config], ids=["llama_gqa", "mistral"])
-def test_logits_match_sdpa(config, pad):
-    ref, base, got = models(config())
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_logits_match_reference(name, pad):
+    config, reference = CONFIGS[name]
+    if name.startswith("gpt_oss") and not hasattr(transformers, "GptOssConfig"):
+        pytest.skip("this transformers has no gpt-oss")
+    ref, base, got = models(config(), reference)
     ids, mask = inputs(pad)
     with torch.no_grad():
         r = ref(ids, attention_mask=mask).logits.double()
@@ -68,8 +105,10 @@ def test_logits_match_sdpa(config, pad):
     assert err <= 2 * base_err + LOGIT_ATOL, f"logits: err {err:.3e} > 2 * {base_err:.3e} + {LOGIT_ATOL}"
 
 
-def test_greedy_generate_matches_sdpa():
-    ref, base, got = models(llama_config())
+@pytest.mark.parametrize("name", ["llama_gqa", "mistral_window"])
+def test_greedy_generate_matches_sdpa(name):
+    config, reference = CONFIGS[name]
+    ref, base, got = models(config(), reference)
     ids, mask = inputs(pad=True)
     kw = dict(attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0)
     with torch.no_grad():
@@ -90,15 +129,11 @@ def test_greedy_generate_matches_sdpa():
 
 
 def test_refusals_name_the_feature():
-    _, _, got = models(mistral_config(sliding_window=16))
-    ids, mask = inputs(pad=False)
-    with pytest.raises(NotImplementedError, match="sliding_window"), torch.no_grad():
-        got(ids, attention_mask=mask)
-    gemma = transformers.Gemma2Config(vocab_size=512, hidden_size=256, intermediate_size=512,
-                                      num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, head_dim=64,
-                                      max_position_embeddings=256)
-    model = transformers.AutoModelForCausalLM.from_config(gemma, attn_implementation="hfa")
-    model = model.to("cuda", torch.bfloat16).eval()
-    with pytest.raises(NotImplementedError, match="sliding_window|softcap"), torch.no_grad():
-        model(ids, attention_mask=mask)
+    # A bidirectional sliding window (a module that is not causal) is refused by name.
+    module = torch.nn.Module()
+    module.is_causal = False
+    q = torch.randn(1, 4, 8, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="sliding_window"):
+        hfa_hf.hfa_attention_forward(module, q, q, q, None, sliding_window=4)
+    with pytest.raises(NotImplementedError, match="dropout"):
+        hfa_hf.hfa_attention_forward(module, q, q, q, None, dropout=0.1)

@@ -28,8 +28,12 @@ Status check(const BwdProblem& bp, const DeviceInfo& device) {
   if (!has_shape)
     return make_error(StatusCode::kUnsupported,
                       "head_dim: kernel \"%s\" has no shape for head_dim %d yet (its dK and dV would "
-                      "not fit a warpgroup's registers); the \"auto\" backward runs fa2 there",
-                      kName, p.head_dim);
+                      "not fit a warpgroup's registers); the \"auto\" backward runs fa2 there%s",
+                      kName, p.head_dim,
+                      p.local || p.softcap > 0.f || p.sinks
+                          ? ", which takes no sliding window, softcap or sinks: no backward kernel "
+                            "takes them at this head_dim yet"
+                          : "");
   return check_backward_operands(kName, bp);
 }
 

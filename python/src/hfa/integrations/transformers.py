@@ -6,9 +6,11 @@
 
 register() adds hfa's attention to transformers' AttentionInterface (and, where transformers has
 one, its AttentionMaskInterface: the mask handed to hfa is SDPA's, None when it is purely causal).
-hfa's kernels take causal attention (bottom-right aligned) and GQA; padding (a 2-D or 4-D mask that
-is causal + key padding) is handled by running each sequence on its valid tokens. Anything else is
-refused by name: sliding windows, softcap, dropout, masks that are not causal + padding.
+hfa's kernels take causal attention (bottom-right aligned), GQA, sliding windows (Mistral,
+Gemma 2: the last sliding_window tokens, the query's own included), softcap (Gemma 2) and
+attention sinks (gpt-oss's s_aux); padding (a 2-D or 4-D mask that is causal [+ window] + key
+padding) is handled by running each sequence on its valid tokens. Anything else is refused by
+name: dropout, a bidirectional sliding window, masks that are not of that form.
 """
 import torch
 
@@ -32,11 +34,14 @@ def _key_and_query_validity(mask: torch.Tensor, sq: int, sk: int):
     return keys, keys[:, sk - sq:]
 
 
-def _causal_padding_mask(keys, queries, sq, sk, causal):
-    """The mask a causal (bottom-right) + key-padding attention allows, (b, sq, sk)."""
+def _causal_padding_mask(keys, queries, sq, sk, causal, window):
+    """The mask a causal (bottom-right) [+ sliding window of `window` keys] + key-padding attention
+    allows, (b, sq, sk)."""
     i = torch.arange(sq, device=keys.device)[:, None]
     j = torch.arange(sk, device=keys.device)[None, :]
     base = (j <= i + (sk - sq)) if causal else torch.ones(sq, sk, dtype=torch.bool, device=keys.device)
+    if window is not None:
+        base = base & (j > i + (sk - sq) - window)
     return base[None] & keys[:, None, :] & queries[:, :, None]
 
 
@@ -46,28 +51,37 @@ def hfa_attention_forward(module, query, key, value, attention_mask, dropout=0.0
     (b, heads_kv, sk, d); returns ((b, sq, heads_q, d), None)."""
     if dropout:
         raise NotImplementedError(f"hfa attention: dropout={dropout} is not supported")
-    if sliding_window is not None:
-        raise NotImplementedError(f"hfa attention: sliding_window={sliding_window} is not supported yet (issue 22)")
-    if softcap is not None:
-        raise NotImplementedError(f"hfa attention: softcap={softcap} is not supported yet (issue 22)")
-    if kwargs.get("s_aux") is not None:
-        raise NotImplementedError("hfa attention: attention sinks (s_aux) are not supported yet (issue 22)")
     causal = kwargs.get("is_causal")
     if causal is None:
         causal = getattr(module, "is_causal", True)
     sq, sk = query.shape[2], key.shape[2]
-    causal = bool(causal) and sq > 1  # one query token sees every cached key either way
+    causal = bool(causal)
+    # transformers' sliding window of W keys: key j is seen by query i iff i - W < j <= i, so
+    # hfa's window (W - 1, 0) (which is also right for a single query against a cache).
+    window = (-1, -1)
+    if sliding_window is not None:
+        if not causal:
+            raise NotImplementedError(f"hfa attention: sliding_window={sliding_window} without a causal "
+                                      "mask is not supported")
+        window = (int(sliding_window) - 1, 0)
+    variants = dict(window_size=window, softcap=float(softcap or 0.0))
+    s_aux = kwargs.get("s_aux")
+    if s_aux is not None:  # gpt-oss's sinks, one logit per query head
+        variants["sinks"] = s_aux.float()
+    run = lambda q, k, v: attention(q, k, v, causal=causal and q.shape[1] > 1,
+                                    softmax_scale=scaling, **variants)
     q, k, v = (x.transpose(1, 2) for x in (query, key, value))  # (b, s, h, d) views
     if attention_mask is None:
-        return attention(q, k, v, causal=causal, softmax_scale=scaling), None
+        return run(q, k, v), None
     keys, queries = _key_and_query_validity(attention_mask, sq, sk)
     if attention_mask.dim() == 4:  # only causal + padding can be run as per-sequence attention
         allowed = attention_mask[:, 0] if attention_mask.dtype == torch.bool else attention_mask[:, 0] == 0
-        if not torch.equal(allowed & queries[:, :, None], _causal_padding_mask(keys, queries, sq, sk, causal)):
-            raise NotImplementedError("attention_mask: a mask other than causal + key padding is not "
-                                      "supported by hfa")
+        expected = _causal_padding_mask(keys, queries, sq, sk, causal and sq > 1, sliding_window)
+        if not torch.equal(allowed & queries[:, :, None], expected):
+            raise NotImplementedError("attention_mask: a mask other than causal [+ sliding window] + key "
+                                      "padding is not supported by hfa")
     if bool(keys.all()) and bool(queries.all()):
-        return attention(q, k, v, causal=causal, softmax_scale=scaling), None
+        return run(q, k, v), None
     # Padding: each sequence on its own valid tokens (queries past the last valid one are padding
     # and come back as zeros).
     out = torch.zeros_like(q)
@@ -77,8 +91,11 @@ def hfa_attention_forward(module, query, key, value, attention_mask, dropout=0.0
             continue
         if kb.numel() == 0:
             continue  # no key: O = 0
-        o = attention(q[b : b + 1, qb], k[b : b + 1, kb], v[b : b + 1, kb], causal=causal,
-                      softmax_scale=scaling)
+        if sliding_window is not None and kb[-1] - kb[0] + 1 != kb.numel():
+            # The window counts positions: dropping padding from the middle would move it.
+            raise NotImplementedError("attention_mask: padding between valid tokens with a "
+                                      "sliding window is not supported by hfa")
+        o = run(q[b : b + 1, qb], k[b : b + 1, kb], v[b : b + 1, kb])
         out[b, qb] = o[0]
     return out, None
 
