@@ -29,6 +29,12 @@
 //     2^8 (read off the row sums). This shortens the softmax that the other warpgroups' GEMMs
 //     must cover.
 //
+//  8. Score variants (issue 22) as policy types (sm90/common/mask.cuh): the Mask (AttentionMask:
+//     dense or causal; LocalMask: a sliding window, whose Q tiles visit only the KV tiles
+//     [range.begin, range.end) of their windows, producer and consumers alike) and the Score
+//     (PlainScore; SoftcapScore: tanh before the softmax). Each combination is its own kernel
+//     (launch_forward picks it on the host); attention sinks enter in the softmax's finalize.
+//
 // Variant::kNoPingPong / kNoIntraWarpgroupOverlap switch 1 or 2 off, for the ablation. At d = 64
 // ping-pong is off in every variant (k6_launch.h: ping_pong), and so is the intra-warpgroup
 // overlap on the 192-row tiles (k6_launch.h: intra_warpgroup_overlap).
