@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -88,6 +90,24 @@ inline check::Config matrix_config(const MatrixParam& p, const ShapeCase& s) {
   c.heads_q = s.heads_q;
   c.heads_kv = s.heads_kv;
   return c;
+}
+
+// A test's first seed: the same for a test name within one run, and different across runs
+// (gtest's --gtest_random_seed), so reruns draw fresh inputs. Each check then takes ++seed.
+inline uint64_t test_seed(const std::string& test_name) {
+  return std::hash<std::string>{}(test_name) ^ ::testing::UnitTest::GetInstance()->random_seed();
+}
+
+// Runs and checks one forward configuration against the reference (check::run_check, up to
+// max_rows rows): a configuration the kernel declares unsupported (e.g. shared memory) skips the
+// test, loudly (callers stop on ::testing::Test::IsSkipped()); anything else that stops it from
+// running is a failure.
+inline void expect_forward_pass(const check::Config& c, uint64_t seed, int64_t max_rows) {
+  check::CheckResult r;
+  const Status st = check::run_check(c, seed, max_rows, &r);
+  if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << c.describe() << ": " << st.message;
+  ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
+  EXPECT_TRUE(r.pass) << c.describe() << " seed " << seed << ": " << r.message;
 }
 
 // The bytes of device tensors (whole allocations, padding included), one after another: what a

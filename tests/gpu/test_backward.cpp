@@ -74,7 +74,7 @@ class BackwardMatrix : public ::testing::TestWithParam<MatrixParam> {};
 TEST_P(BackwardMatrix, MatchesReference) {
   HFA_SKIP_WITHOUT_GPU();
   const MatrixParam& p = GetParam();
-  uint64_t seed = std::hash<std::string>{}(param_name({p, 0})) ^ ::testing::UnitTest::GetInstance()->random_seed();
+  uint64_t seed = test_seed(param_name({p, 0}));
   int n = 0;
   for (const ShapeCase& s : kShapes) {
     check::Config c = backward_config(p, s);

@@ -24,18 +24,13 @@ class KernelMatrix : public ::testing::TestWithParam<MatrixParam> {};
 TEST_P(KernelMatrix, MatchesReference) {
   HFA_SKIP_WITHOUT_GPU();
   const MatrixParam& p = GetParam();
-  uint64_t seed = std::hash<std::string>{}(param_name({p, 0})) ^ ::testing::UnitTest::GetInstance()->random_seed();
+  uint64_t seed = test_seed(param_name({p, 0}));
   int n = 0;
   for (const ShapeCase& s : kShapes) {
     check::Config c = matrix_config(p, s);
     c.layout = kLayouts[n++ % 3];
-    check::CheckResult r;
-    Status st = check::run_check(c, ++seed, kMaxRowsChecked, &r);
-    // A configuration the kernel declares unsupported (e.g. shared memory) is skipped, loudly;
-    // anything else that stops it from running is a failure.
-    if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << c.describe() << ": " << st.message;
-    ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
-    EXPECT_TRUE(r.pass) << c.describe() << " seed " << seed << ": " << r.message;
+    expect_forward_pass(c, ++seed, kMaxRowsChecked);
+    if (IsSkipped() || HasFatalFailure()) return;
   }
 }
 

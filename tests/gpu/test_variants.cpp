@@ -81,15 +81,11 @@ class ForwardVariants : public ::testing::TestWithParam<VariantParam> {};
 TEST_P(ForwardVariants, MatchReference) {
   HFA_SKIP_WITHOUT_GPU();
   const VariantParam& p = GetParam();
-  uint64_t seed = std::hash<std::string>{}(variant_param_name({p, 0})) ^ ::testing::UnitTest::GetInstance()->random_seed();
+  uint64_t seed = test_seed(variant_param_name({p, 0}));
   int n = 0;
   for (const ShapeCase& s : kForwardShapes) {
-    const check::Config c = variant_config(p, s, n++);
-    check::CheckResult r;
-    const Status st = check::run_check(c, ++seed, /*max_rows=*/768, &r);
-    if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << c.describe() << ": " << st.message;
-    ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
-    EXPECT_TRUE(r.pass) << c.describe() << " seed " << seed << ": " << r.message;
+    expect_forward_pass(variant_config(p, s, n++), ++seed, /*max_rows=*/768);
+    if (IsSkipped() || HasFatalFailure()) return;
   }
 }
 
@@ -122,7 +118,7 @@ class BackwardVariants : public ::testing::TestWithParam<VariantParam> {};
 TEST_P(BackwardVariants, MatchReference) {
   HFA_SKIP_WITHOUT_GPU();
   const VariantParam& p = GetParam();
-  uint64_t seed = std::hash<std::string>{}(variant_param_name({p, 0})) ^ ::testing::UnitTest::GetInstance()->random_seed();
+  uint64_t seed = test_seed(variant_param_name({p, 0}));
   int n = 0;
   for (const ShapeCase& s : kBackwardShapes) {
     check::Config c = variant_config(p, s, n);
