@@ -33,7 +33,7 @@ std::vector<KernelInfo> list_backward_kernels() {
   std::vector<KernelInfo> out;
   for (const BackwardKernelEntry& e : backward_registry())
     out.push_back({e.name, e.description, e.supports, false, false, e.variants.window,
-                   e.variants.softcap, e.variants.sinks});
+                   e.variants.softcap, e.variants.sinks, e.variants.varlen});
   return out;
 }
 
@@ -41,7 +41,7 @@ std::vector<KernelInfo> list_kernels() {
   std::vector<KernelInfo> out;
   for (const KernelEntry& e : registry())
     out.push_back({e.name, e.description, e.supports, e.fp8, e.fp8_block_scales, e.variants.window,
-                   e.variants.softcap, e.variants.sinks});
+                   e.variants.softcap, e.variants.sinks, e.variants.varlen});
   return out;
 }
 

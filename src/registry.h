@@ -12,7 +12,7 @@ namespace hfa {
 // The score variants (ForwardArgs / BackwardArgs: window_left/right, softcap, sinks) a kernel
 // takes. The API refuses a variant, naming its argument, for a kernel that does not take it.
 struct VariantSupport {
-  bool window = false, softcap = false, sinks = false;
+  bool window = false, softcap = false, sinks = false, varlen = false;
 };
 
 struct KernelEntry {

@@ -155,8 +155,27 @@ struct ForwardArgs {
   // and LSE the log of that denominator (so a row that sees no key gets O = 0, LSE = sinks[h]).
   TensorView sinks;
 
-  // Reserved for later versions (not accepted yet): variable-length batches (cu_seqlens). They
-  // will be new fields here.
+  // Variable-length batches (packed sequences; FlashAttention's flash_attn_varlen_func): when
+  // cu_seqlens_q and cu_seqlens_k are given (both or neither), q and out are (total_q, heads_q,
+  // head_dim), k and v (total_k, heads_kv, head_dim) and lse (heads_q, total_q), and the batch is
+  // cu_seqlens_q's size - 1 sequences. Sequence b's queries are rows [cu_seqlens_q[b],
+  // cu_seqlens_q[b + 1]) of q and out, its keys rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k
+  // and v (only the first seqused_k[b] of those when seqused_k is given). Causal masks, windows,
+  // softcap and sinks apply within each sequence, aligned to its own lengths (bottom-right).
+  // int32, shape (batch + 1), contiguous. Their values are read on the device and not checked:
+  // they must start at 0 and not decrease; each is clamped to [0, total] there, so nothing outside
+  // the tensors is read or written whatever they hold. Rows of out between sequences (none when
+  // cu_seqlens_q ends at total_q) are not written.
+  // Rows of k and v past a sequence's keys may be read (with weight 0) by its last KV tile: they
+  // must hold finite values (any of q's rows does; mind uninitialized rows past seqused_k).
+  TensorView cu_seqlens_q, cu_seqlens_k;
+  // With cu_seqlens: upper bounds of every sequence's query and key count (the grid is sized by
+  // them). Not checked against the device values: a longer sequence is cut to max_seqlen_q
+  // queries (its rows past it are not written) and max_seqlen_k keys. >= 0.
+  int max_seqlen_q = 0, max_seqlen_k = 0;
+  // Optional with cu_seqlens: int32 (batch), contiguous; sequence b attends to its first
+  // seqused_k[b] keys only (clamped to [0, its key count] on the device).
+  TensorView seqused_k;
 };
 
 // Runs attention forward on `stream`. Asynchronous like a kernel launch: returns after the launch.
@@ -305,10 +324,15 @@ struct BackwardArgs {
   std::optional<float> softmax_scale;
   // Must be what the forward used (same bottom-right alignment).
   bool causal = false;
-  // Must be what the forward used (ForwardArgs::window_left, window_right, softcap, sinks).
+  // Must be what the forward used (ForwardArgs::window_left, window_right, softcap, sinks,
+  // and the variable-length batch's cu_seqlens_q ... seqused_k; then out, dout, dq are
+  // (total_q, heads_q, head_dim), dk and dv (total_k, heads_kv, head_dim), lse (heads_q, total_q)).
   int window_left = -1, window_right = -1;
   float softcap = 0.f;
   TensorView sinks;
+  TensorView cu_seqlens_q, cu_seqlens_k;
+  int max_seqlen_q = 0, max_seqlen_k = 0;
+  TensorView seqused_k;
   // Optional with sinks (refused without): fp32 (heads_q), any stride, written: dL/dsinks, the
   // sum over batch and rows of -exp(sinks[h] - LSE_i) * rowsum(dout_i * out_i).
   TensorView dsinks;
@@ -344,6 +368,8 @@ struct KernelInfo {
   // Takes ForwardArgs::window_left/right, softcap, sinks (BackwardArgs's for backward kernels).
   // A kernel without them refuses such arguments by name.
   bool window = false, softcap = false, sinks = false;
+  // Takes variable-length batches (cu_seqlens_q, cu_seqlens_k, seqused_k).
+  bool varlen = false;
 };
 
 // Every kernel this build contains, in the order of the ladder.

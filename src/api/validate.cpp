@@ -185,7 +185,108 @@ Status check_variants(const ForwardArgs& a, FwdProblem* r) {
 
 bool is_empty(const FwdProblem& p) { return p.batch == 0 || p.seqlen_q == 0; }
 
+namespace {
+Status normalize_dense(const ForwardArgs& args, FwdProblem* p);
+
+// A variable-length batch's int32 vector argument (cu_seqlens_q/k, seqused_k): rank 1, `size`
+// entries, contiguous.
+Status check_int_vector(const TensorView& t, const char* name, const char* dims, int64_t size) {
+  HFA_RETURN_IF_ERROR(check_tensor(t, name, 1, dims));
+  if (t.dtype != DType::kI32)
+    return make_error(kInvalid, "%s: dtype %s; must be int32", name, to_string(t.dtype));
+  if (t.shape[0] != size)
+    return make_error(kInvalid, "%s: shape %s; expected %s = (%lld)", name, shape_string(t).c_str(),
+                      dims, static_cast<long long>(size));
+  if (t.shape[0] > 1 && t.stride[0] != 1)
+    return make_error(kInvalid, "%s: stride %lld; must be contiguous (stride 1)", name,
+                      static_cast<long long>(t.stride[0]));
+  if (t.data == nullptr && size > 0)
+    return make_error(kInvalid, "%s: data pointer is null", name);
+  return Status::Ok();
+}
+
+// A packed (total, heads, head_dim) tensor as the (1, total, heads, head_dim) view the dense rules
+// check (the batch stride is never used: 0).
+TensorView as_one_batch(const TensorView& t) {
+  TensorView r = t;
+  r.rank = 4;
+  for (int i = 3; i >= 1; --i) r.shape[i] = t.shape[i - 1], r.stride[i] = t.stride[i - 1];
+  r.shape[0] = 1;
+  r.stride[0] = 0;
+  return r;
+}
+}  // namespace
+
+// Variable-length batches (ForwardArgs::cu_seqlens_q ...): their own rules and ranks, then the
+// dense rules on the packed tensors as one batch entry, then the problem's varlen form.
 Status normalize_forward(const ForwardArgs& args, FwdProblem* p) {
+  const bool varlen = given(args.cu_seqlens_q) || given(args.cu_seqlens_k);
+  if (!varlen) {
+    if (given(args.seqused_k))
+      return make_error(kInvalid, "seqused_k: given without cu_seqlens_q and cu_seqlens_k; it "
+                        "belongs to variable-length batches");
+    return normalize_dense(args, p);
+  }
+  if (!given(args.cu_seqlens_q) || !given(args.cu_seqlens_k))
+    return make_error(kInvalid, "%s: variable-length batches need both cu_seqlens_q and cu_seqlens_k",
+                      given(args.cu_seqlens_q) ? "cu_seqlens_k" : "cu_seqlens_q");
+  if (args.q.dtype == DType::kE4M3)
+    return make_error(StatusCode::kUnsupported, "cu_seqlens_q: e4m3 inputs take no variable-length "
+                      "batches yet (no FP8 kernel supports them)");
+  struct Packed { const TensorView& t; const char* name; const char* dims; };
+  for (const Packed& t : {Packed{args.q, "q", "(total_q, heads_q, head_dim)"},
+                          Packed{args.k, "k", "(total_k, heads_kv, head_dim)"},
+                          Packed{args.v, "v", "(total_k, heads_kv, head_dim)"},
+                          Packed{args.out, "out", "(total_q, heads_q, head_dim)"}})
+    if (t.t.rank != 3)
+      return make_error(kInvalid, "%s: expected rank 3 %s with cu_seqlens (a variable-length "
+                        "batch), got rank %d", t.name, t.dims, t.t.rank);
+  HFA_RETURN_IF_ERROR(check_tensor(args.cu_seqlens_q, "cu_seqlens_q", 1, "(batch + 1)"));
+  const int64_t entries = args.cu_seqlens_q.shape[0];
+  if (entries < 1)
+    return make_error(kInvalid, "cu_seqlens_q: shape %s; needs batch + 1 >= 1 entries",
+                      shape_string(args.cu_seqlens_q).c_str());
+  HFA_RETURN_IF_ERROR(check_int_vector(args.cu_seqlens_q, "cu_seqlens_q", "(batch + 1)", entries));
+  HFA_RETURN_IF_ERROR(check_int_vector(args.cu_seqlens_k, "cu_seqlens_k", "(batch + 1)", entries));
+  if (given(args.seqused_k))
+    HFA_RETURN_IF_ERROR(check_int_vector(args.seqused_k, "seqused_k", "(batch)", entries - 1));
+  for (const auto& [value, name] : {std::pair{args.max_seqlen_q, "max_seqlen_q"},
+                                    std::pair{args.max_seqlen_k, "max_seqlen_k"}})
+    if (value < 0) return make_error(kInvalid, "%s: %d; must be >= 0", name, value);
+  if (args.lse.data != nullptr) {
+    HFA_RETURN_IF_ERROR(check_tensor(args.lse, "lse", 2, "(heads_q, total_q) with cu_seqlens"));
+    if (args.lse.shape[0] != args.q.shape[1] || args.lse.shape[1] != args.q.shape[0])
+      return make_error(kInvalid, "lse: shape %s; expected (heads_q, total_q) = (%lld, %lld) with "
+                        "cu_seqlens", shape_string(args.lse).c_str(),
+                        static_cast<long long>(args.q.shape[1]), static_cast<long long>(args.q.shape[0]));
+  }
+
+  ForwardArgs dense = args;
+  dense.q = as_one_batch(args.q);
+  dense.k = as_one_batch(args.k);
+  dense.v = as_one_batch(args.v);
+  dense.out = as_one_batch(args.out);
+  if (args.lse.data != nullptr) {  // (heads_q, total_q) as (1, heads_q, total_q)
+    dense.lse.rank = 3;
+    dense.lse.shape = {1, args.lse.shape[0], args.lse.shape[1], 0};
+    dense.lse.stride = {0, args.lse.stride[0], args.lse.stride[1], 0};
+  }
+  FwdProblem r;
+  HFA_RETURN_IF_ERROR(normalize_dense(dense, &r));
+  r.cu_seqlens_q = static_cast<const int*>(args.cu_seqlens_q.data);
+  r.cu_seqlens_k = static_cast<const int*>(args.cu_seqlens_k.data);
+  r.seqused_k = given(args.seqused_k) ? static_cast<const int*>(args.seqused_k.data) : nullptr;
+  r.total_q = r.seqlen_q;
+  r.total_k = r.seqlen_k;
+  r.batch = static_cast<int>(entries - 1);
+  r.seqlen_q = args.max_seqlen_q;
+  r.seqlen_k = args.max_seqlen_k;
+  *p = r;
+  return Status::Ok();
+}
+
+namespace {
+Status normalize_dense(const ForwardArgs& args, FwdProblem* p) {
   const TensorView &q = args.q, &k = args.k, &v = args.v, &o = args.out;
   if (q.dtype != DType::kBF16 && q.dtype != DType::kFP16 && q.dtype != DType::kE4M3)
     return make_error(kInvalid, "q: dtype %s is not supported; use bf16, fp16 or e4m3",
@@ -263,6 +364,7 @@ Status normalize_forward(const ForwardArgs& args, FwdProblem* p) {
   *p = r;
   return Status::Ok();
 }
+}  // namespace
 
 Status normalize_quantize(const QuantizeFp8Args& a, QuantizeProblem* p) {
   const TensorView &q = a.q, &k = a.k, &v = a.v;
@@ -386,7 +488,8 @@ Status check_variants_supported(const Entry& e, const FwdProblem& p,
   const Variant variants[] = {
       {p.local, &VariantSupport::window, "window_left", "sliding windows"},
       {p.softcap > 0.f, &VariantSupport::softcap, "softcap", "softcap"},
-      {p.sinks != nullptr, &VariantSupport::sinks, "sinks", "attention sinks"}};
+      {p.sinks != nullptr, &VariantSupport::sinks, "sinks", "attention sinks"},
+      {p.varlen(), &VariantSupport::varlen, "cu_seqlens_q", "variable-length batches"}};
   for (const Variant& v : variants) {
     if (!v.used || e.variants.*v.supported) continue;
     std::string others;
@@ -475,6 +578,11 @@ Status normalize_backward(const BackwardArgs& args, BwdProblem* bp) {
   fwd.window_right = args.window_right;
   fwd.softcap = args.softcap;
   fwd.sinks = args.sinks;
+  fwd.cu_seqlens_q = args.cu_seqlens_q;
+  fwd.cu_seqlens_k = args.cu_seqlens_k;
+  fwd.max_seqlen_q = args.max_seqlen_q;
+  fwd.max_seqlen_k = args.max_seqlen_k;
+  fwd.seqused_k = args.seqused_k;
   BwdProblem r;
   HFA_RETURN_IF_ERROR(normalize_forward(fwd, &r.fwd));
   if (given(args.dsinks)) {
@@ -493,16 +601,29 @@ Status normalize_backward(const BackwardArgs& args, BwdProblem* bp) {
   struct Grad { const TensorView& t; const char* name; const TensorView& like; const char* like_name; };
   const Grad grads[] = {{args.dout, "dout", args.out, "out"}, {args.dq, "dq", args.q, "q"},
                         {args.dk, "dk", args.k, "k"}, {args.dv, "dv", args.v, "v"}};
+  const bool varlen = r.fwd.varlen();
   for (const Grad& g : grads) {
-    HFA_RETURN_IF_ERROR(check_attention_tensor(g.t, g.name, dtype));
+    if (varlen && g.t.rank != 3)
+      return make_error(kInvalid, "%s: expected rank 3 (total, heads, head_dim) like %s with "
+                        "cu_seqlens (a variable-length batch), got rank %d", g.name, g.like_name, g.t.rank);
+    const TensorView t = varlen ? as_one_batch(g.t) : g.t;
+    HFA_RETURN_IF_ERROR(check_attention_tensor(t, g.name, dtype));
     for (int d = 0; d < 4; ++d)
-      HFA_RETURN_IF_ERROR(check_same_dim(g.t, g.name, d, g.like, g.like_name, d, "shape"));
+      HFA_RETURN_IF_ERROR(check_same_dim(t, g.name, d, varlen ? as_one_batch(g.like) : g.like,
+                                         g.like_name, d, "shape"));
   }
   r.dout = args.dout.data; r.dq = args.dq.data; r.dk = args.dk.data; r.dv = args.dv.data;
   r.do_batch_stride = args.dout.stride[0]; r.do_row_stride = args.dout.stride[1]; r.do_head_stride = args.dout.stride[2];
   r.dq_batch_stride = args.dq.stride[0]; r.dq_row_stride = args.dq.stride[1]; r.dq_head_stride = args.dq.stride[2];
   r.dk_batch_stride = args.dk.stride[0]; r.dk_row_stride = args.dk.stride[1]; r.dk_head_stride = args.dk.stride[2];
   r.dv_batch_stride = args.dv.stride[0]; r.dv_row_stride = args.dv.stride[1]; r.dv_head_stride = args.dv.stride[2];
+  if (varlen) {  // packed (total, heads, head_dim): no batch dimension
+    r.do_batch_stride = r.dq_batch_stride = r.dk_batch_stride = r.dv_batch_stride = 0;
+    r.do_row_stride = args.dout.stride[0]; r.do_head_stride = args.dout.stride[1];
+    r.dq_row_stride = args.dq.stride[0]; r.dq_head_stride = args.dq.stride[1];
+    r.dk_row_stride = args.dk.stride[0]; r.dk_head_stride = args.dk.stride[1];
+    r.dv_row_stride = args.dv.stride[0]; r.dv_head_stride = args.dv.stride[1];
+  }
   r.deterministic = args.deterministic;
   *bp = r;
   return Status::Ok();

@@ -39,7 +39,21 @@ std::string Config::describe() const {
     out += buf;
   }
   if (sinks) out += " sinks";
+  if (varlen()) {
+    const std::vector<int> cu_q = cu_seqlens(false), cu_k = cu_seqlens(true);
+    std::snprintf(buf, sizeof(buf), " varlen: %zu sequences, %d queries, %d keys%s%s",
+                  varlen_q.size(), cu_q.back(), cu_k.back(), seqused_k.empty() ? "" : ", seqused_k",
+                  varlen_tail ? ", tail rows" : "");
+    out += buf;
+  }
   return out;
+}
+
+std::vector<int> Config::cu_seqlens(bool keys) const {
+  const std::vector<int>& lens = keys ? varlen_k : varlen_q;
+  std::vector<int> cu(lens.size() + 1, 0);
+  for (size_t b = 0; b < lens.size(); ++b) cu[b + 1] = cu[b] + lens[b];
+  return cu;
 }
 
 void use_kernel_inputs(Config* c, const std::string& kernel) {
@@ -51,6 +65,18 @@ void use_kernel_inputs(Config* c, const std::string& kernel) {
 }
 
 double forward_flops(const Config& c) {
+  if (c.varlen()) {
+    double sum = 0;
+    for (size_t b = 0; b < c.varlen_q.size(); ++b) {
+      Config one = c;
+      one.varlen_q.clear();
+      one.batch = 1;
+      one.seqlen_q = c.varlen_q[b];
+      one.seqlen_k = c.used_keys(static_cast<int>(b));
+      sum += forward_flops(one);
+    }
+    return sum;
+  }
   const double per_pair = 4.0 * c.batch * c.heads_q * c.head_dim;
   if (c.window_left == -1 && c.window_right == -1)
     return c.causal ? per_pair * c.seqlen_q * c.seqlen_k * 0.5 : per_pair * c.seqlen_q * c.seqlen_k;
@@ -127,12 +153,30 @@ Status alloc(DeviceBuffers::Tensor* t, TensorView view) {
 
 DeviceBuffers::~DeviceBuffers() {
   for (Tensor* t : {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv, &q_descale, &k_descale, &v_descale,
-                    &q_block_descale, &k_block_descale, &sinks, &dsinks})
+                    &q_block_descale, &k_block_descale, &sinks, &dsinks, &cu_seqlens_q,
+                    &cu_seqlens_k, &seqused_k})
     if (t->data) cudaFree(t->data);
 }
 
-Status DeviceBuffers::allocate(const Config& c) {
-  config = c;
+Status DeviceBuffers::allocate(const Config& config_) {
+  config = config_;
+  Config c = config_;  // a variable-length batch: its packed rows as one batch entry
+  if (c.varlen()) {
+    if (c.varlen_k.size() != c.varlen_q.size() ||
+        (!c.seqused_k.empty() && c.seqused_k.size() != c.varlen_q.size()))
+      return make_error(StatusCode::kInvalidArgument, "varlen_k, seqused_k: one entry per sequence");
+    c.batch = 1;
+    c.seqlen_q = c.cu_seqlens(false).back() + c.varlen_tail;
+    c.seqlen_k = c.cu_seqlens(true).back() + c.varlen_tail;
+    auto upload = [](Tensor* t, const std::vector<int>& values) {
+      HFA_RETURN_IF_ERROR(alloc(t, make_tensor(nullptr, DType::kI32, {static_cast<int64_t>(values.size())})));
+      return cuda_status(cudaMemcpy(t->data, values.data(), values.size() * sizeof(int),
+                                    cudaMemcpyHostToDevice), "copying cu_seqlens");
+    };
+    HFA_RETURN_IF_ERROR(upload(&cu_seqlens_q, config.cu_seqlens(false)));
+    HFA_RETURN_IF_ERROR(upload(&cu_seqlens_k, config.cu_seqlens(true)));
+    if (!c.seqused_k.empty()) HFA_RETURN_IF_ERROR(upload(&seqused_k, c.seqused_k));
+  }
   auto attention = [&](int64_t s, int64_t h) {
     TensorView t = make_tensor(nullptr, c.dtype, {c.batch, s, h, c.head_dim});
     t.stride = attention_strides(c.layout, s, h, c.head_dim, size_of(c.dtype));
@@ -223,13 +267,32 @@ Status DeviceBuffers::poison_outputs() {
   return cuda_status(cudaDeviceSynchronize(), "poisoning outputs");
 }
 
+namespace {
+// A (1, total, heads, head_dim) buffer as the packed (total, heads, head_dim) view a variable-length
+// batch takes; a (1, heads, total) LSE as (heads, total).
+TensorView drop_batch(TensorView t) {
+  for (int i = 0; i + 1 < t.rank; ++i) t.shape[i] = t.shape[i + 1], t.stride[i] = t.stride[i + 1];
+  --t.rank;
+  return t;
+}
+}  // namespace
+
 ForwardArgs DeviceBuffers::forward_args() const {
   ForwardArgs a;
-  a.q = q.view;
-  a.k = k.view;
-  a.v = v.view;
-  a.out = o.view;
-  if (lse.data) a.lse = lse.view;
+  const bool varlen = config.varlen();
+  auto view = [&](const Tensor& t) { return varlen ? drop_batch(t.view) : t.view; };
+  a.q = view(q);
+  a.k = view(k);
+  a.v = view(v);
+  a.out = view(o);
+  if (lse.data) a.lse = view(lse);
+  if (varlen) {
+    a.cu_seqlens_q = cu_seqlens_q.view;
+    a.cu_seqlens_k = cu_seqlens_k.view;
+    if (seqused_k.data) a.seqused_k = seqused_k.view;
+    a.max_seqlen_q = *std::max_element(config.varlen_q.begin(), config.varlen_q.end());
+    a.max_seqlen_k = *std::max_element(config.varlen_k.begin(), config.varlen_k.end());
+  }
   if (q_descale.data) {
     a.q_descale = q_descale.view;
     a.k_descale = k_descale.view;
@@ -266,10 +329,16 @@ BackwardArgs DeviceBuffers::backward_args() const {
   a.softmax_scale = f.softmax_scale;
   a.kernel = f.kernel;
   a.deterministic = config.deterministic;
-  a.dout = dout.view;
-  a.dq = dq.view;
-  a.dk = dk.view;
-  a.dv = dv.view;
+  a.cu_seqlens_q = f.cu_seqlens_q;
+  a.cu_seqlens_k = f.cu_seqlens_k;
+  a.seqused_k = f.seqused_k;
+  a.max_seqlen_q = f.max_seqlen_q;
+  a.max_seqlen_k = f.max_seqlen_k;
+  auto view = [&](const Tensor& t) { return config.varlen() ? drop_batch(t.view) : t.view; };
+  a.dout = view(dout);
+  a.dq = view(dq);
+  a.dk = view(dk);
+  a.dv = view(dv);
   return a;
 }
 

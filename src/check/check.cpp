@@ -83,11 +83,17 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
   const bool fp8 = c.dtype == DType::kE4M3;
   if (buf.lse.data && !(st = copy_to_host(buf.lse, &hlse)).ok()) return fail(st);
 
+  // A variable-length batch's buffers are one batch entry of packed rows (DeviceBuffers), of which
+  // the rows past the last sequence's (varlen_tail) belong to none: they must stay untouched.
+  const std::vector<int> cu_q = c.varlen() ? c.cu_seqlens(false) : std::vector<int>{};
+  const std::vector<int> cu_k = c.varlen() ? c.cu_seqlens(true) : std::vector<int>{};
+  const int64_t output_rows = c.varlen() ? cu_q.back() : buf.o.view.shape[1];
+
   // Every output element written, nothing outside them: scan the whole allocation.
   const TensorView& ov = buf.o.view;
   std::vector<char> is_element(buf.o.alloc_elems, 0);
   for (int64_t a = 0; a < ov.shape[0]; ++a)
-    for (int64_t b = 0; b < ov.shape[1]; ++b)
+    for (int64_t b = 0; b < output_rows; ++b)
       for (int64_t h = 0; h < ov.shape[2]; ++h)
         for (int64_t d = 0; d < ov.shape[3]; ++d) is_element[offset4(ov, a, b, h, d)] = 1;
   for (int64_t i = 0; i < buf.o.alloc_elems; ++i) {
@@ -99,7 +105,7 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
     std::vector<char> lse_element(buf.lse.alloc_elems, 0);
     for (int64_t a = 0; a < lv.shape[0]; ++a)
       for (int64_t h = 0; h < lv.shape[1]; ++h)
-        for (int64_t i = 0; i < lv.shape[2]; ++i)
+        for (int64_t i = 0; i < output_rows; ++i)
           lse_element[a * lv.stride[0] + h * lv.stride[1] + i * lv.stride[2]] = 1;
     for (int64_t i = 0; i < buf.lse.alloc_elems; ++i) {
       uint32_t bits;
@@ -112,8 +118,9 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
   // Rows to compare with the reference: all, or a random subset.
   std::vector<double> sinks;
   if (buf.sinks.data && !(st = vector_to_host(buf.sinks, &sinks)).ok()) return fail(st);
-  const reference::Shape shape = reference_shape(c, sinks);
-  const int64_t total = static_cast<int64_t>(c.batch) * c.heads_q * c.seqlen_q;
+  const reference::Shape whole = reference_shape(c, sinks);
+  const int64_t total = c.varlen() ? static_cast<int64_t>(cu_q.back()) * c.heads_q
+                                   : static_cast<int64_t>(c.batch) * c.heads_q * c.seqlen_q;
   std::vector<int64_t> rows(total);
   std::iota(rows.begin(), rows.end(), 0);
   if (max_rows > 0 && total > max_rows) {
@@ -140,32 +147,58 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
   const int n_threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 32u));
   std::vector<RowError> errs(n_threads);
   std::atomic<size_t> next{0};
+  // Row `row` of the check as a row (b, h, i) of a reference problem: the configuration's, or
+  // with a variable-length batch its sequence's (batch 1, its lengths, its rows of the packed
+  // inputs); out_b / out_i: the row's place in the output buffers.
+  struct RowTask {
+    reference::Shape shape;
+    const double *q, *k, *v;
+    int b, h, i;
+    int64_t out_b, out_i;
+  };
+  auto locate = [&](int64_t row) {
+    if (!c.varlen()) {
+      const int i = static_cast<int>(row % c.seqlen_q);
+      const int h = static_cast<int>((row / c.seqlen_q) % c.heads_q);
+      const int b = static_cast<int>(row / (static_cast<int64_t>(c.seqlen_q) * c.heads_q));
+      return RowTask{whole, q.data(), k.data(), v.data(), b, h, i, b, i};
+    }
+    const int token = static_cast<int>(row / c.heads_q), h = static_cast<int>(row % c.heads_q);
+    const int seq = static_cast<int>(std::upper_bound(cu_q.begin(), cu_q.end(), token) - cu_q.begin()) - 1;
+    RowTask task{whole, q.data() + static_cast<int64_t>(cu_q[seq]) * c.heads_q * c.head_dim,
+                 k.data() + static_cast<int64_t>(cu_k[seq]) * c.heads_kv * c.head_dim,
+                 v.data() + static_cast<int64_t>(cu_k[seq]) * c.heads_kv * c.head_dim,
+                 0, h, token - cu_q[seq], 0, token};
+    task.shape.batch = 1;
+    task.shape.seqlen_q = c.varlen_q[seq];
+    task.shape.seqlen_k = c.used_keys(seq);
+    return task;
+  };
   auto worker = [&](int t) {
     RowError& e = errs[t];
     std::vector<double> ref(c.head_dim), base(c.head_dim);
     for (size_t r; (r = next.fetch_add(1)) < rows.size();) {
-      const int64_t row = rows[r];
-      const int i = static_cast<int>(row % c.seqlen_q);
-      const int h = static_cast<int>((row / c.seqlen_q) % c.heads_q);
-      const int b = static_cast<int>(row / (static_cast<int64_t>(c.seqlen_q) * c.heads_q));
+      const RowTask task = locate(rows[r]);
+      const reference::Shape& shape = task.shape;
+      const int b = task.b, h = task.h, i = task.i;
       double ref_lse, base_lse;
-      reference::forward_row(shape, q.data(), k.data(), v.data(), b, h, i, ref.data(), &ref_lse);
+      reference::forward_row(shape, task.q, task.k, task.v, b, h, i, ref.data(), &ref_lse);
       if (fp8)
-        reference::forward_row_fp8_baseline(shape, prec, q.data(), k.data(), v.data(), b, h, i,
+        reference::forward_row_fp8_baseline(shape, prec, task.q, task.k, task.v, b, h, i,
                                             base.data(), &base_lse);
       else
-        reference::forward_row_lowp(shape, prec, q.data(), k.data(), v.data(), b, h, i, base.data(),
+        reference::forward_row_lowp(shape, prec, task.q, task.k, task.v, b, h, i, base.data(),
                                     &base_lse);
       bool masked_ok = true;
       double allow_o = 0, allow_lse = 0;
       if (fp8) {  // the row's FP8 accumulation allowance (kFp8AccumulationEps)
         const int hk = h / (c.heads_q / c.heads_kv);
-        const double* qi = q.data() + shape.q_index(b, i, h);
+        const double* qi = task.q + shape.q_index(b, i, h);
         double max_abs_dot = 0, vmax = 0;
-        for (int j = 0; j < c.seqlen_k; ++j) {
+        for (int j = 0; j < shape.seqlen_k; ++j) {
           if (!shape.visible(i, j)) continue;
-          const double* kj = k.data() + shape.kv_index(b, j, hk);
-          const double* vj = v.data() + shape.kv_index(b, j, hk);
+          const double* kj = task.k + shape.kv_index(b, j, hk);
+          const double* vj = task.v + shape.kv_index(b, j, hk);
           double abs_dot = 0;
           for (int x = 0; x < c.head_dim; ++x) {
             abs_dot += std::fabs(qi[x] * kj[x]);
@@ -178,7 +211,7 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
         e.allowance = std::max(e.allowance, allow_o);
       }
       for (int d = 0; d < c.head_dim; ++d) {
-        const double out = element_to_double(out_dtype, ho[offset4(ov, b, i, h, d)]);
+        const double out = element_to_double(out_dtype, ho[offset4(ov, task.out_b, task.out_i, h, d)]);
         const double err = std::fabs(out - ref[d]);
         e.max_abs = std::isnan(err) ? INFINITY : std::max(e.max_abs, err);
         e.excess = std::isnan(err) ? INFINITY : std::max(e.excess, err - allow_o);
@@ -188,7 +221,7 @@ Status run_check(DeviceBuffers& buf, uint64_t seed, int64_t max_rows, CheckResul
         if (std::isinf(ref_lse) && out != 0.0) masked_ok = false;
       }
       if (buf.lse.data) {
-        const double err = lse_row_error(buf.lse.view, hlse, b, h, i, ref_lse, &masked_ok);
+        const double err = lse_row_error(buf.lse.view, hlse, task.out_b, h, task.out_i, ref_lse, &masked_ok);
         if (!std::isinf(ref_lse)) {
           e.lse_abs = std::max(e.lse_abs, err);
           e.lse_excess = std::max(e.lse_excess, err - allow_lse);

@@ -51,12 +51,25 @@ struct Config {
   bool backward = false;  // also allocate dout, dq, dk, dv (and always LSE)
   bool deterministic = false;  // backward_args(): BackwardArgs::deterministic
 
+  // A variable-length batch (ForwardArgs::cu_seqlens_q ...) when varlen_q is non-empty: sequence
+  // b has varlen_q[b] queries and varlen_k[b] keys (then batch, seqlen_q and seqlen_k are ignored),
+  // of which it uses seqused_k[b] when seqused_k is non-empty. The packed tensors hold the
+  // sequences back to back and then varlen_tail rows that belong to none (they must stay
+  // untouched). The strided layouts apply to the packed (total, heads, head_dim) tensors.
+  std::vector<int> varlen_q, varlen_k, seqused_k;
+  int varlen_tail = 0;
+  bool varlen() const { return !varlen_q.empty(); }
+  // The sequences' first rows (cu_seqlens), batch + 1 entries; and the keys each one uses.
+  std::vector<int> cu_seqlens(bool keys) const;
+  int used_keys(int b) const { return seqused_k.empty() ? varlen_k[b] : seqused_k[b]; }
+
   std::string describe() const;  // one line, for messages
   DType out_dtype() const { return dtype == DType::kE4M3 ? fp8_out_dtype : dtype; }
 };
 
 // 4 * batch * heads_q * seqlen_q * seqlen_k * head_dim, halved when causal (DESIGN.md); with a
 // sliding window, 4 * batch * heads_q * head_dim * (the number of visible (query, key) pairs).
+// A variable-length batch: the sum over its sequences.
 double forward_flops(const Config& c);
 
 // Sets c's input dtype and scales to what forward kernel `kernel` takes when it is an FP8 one
@@ -93,6 +106,9 @@ class DeviceBuffers {
   Tensor q_block_descale, k_block_descale;  // e4m3 inputs with fp8_block_scales
   Tensor dout, dq, dk, dv;  // config.backward only
   Tensor sinks, dsinks;     // config.sinks (dsinks: with config.backward); strided when padded
+  // config.varlen(): int32 cu_seqlens_q, cu_seqlens_k (batch + 1), seqused_k (batch) if used.
+  // The attention tensors above are then allocated as one batch entry of the packed rows.
+  Tensor cu_seqlens_q, cu_seqlens_k, seqused_k;
   Config config;
 };
 

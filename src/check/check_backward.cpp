@@ -90,6 +90,9 @@ Status run_check_backward(DeviceBuffers& buf, uint64_t seed, int max_groups,
   if (!c.backward)
     return fail(make_error(StatusCode::kInvalidArgument, "run_check_backward: buffers allocated "
                                                          "without Config::backward"));
+  if (c.varlen())  // no backward kernel takes them yet (issue 22): its reference is not written
+    return fail(make_error(StatusCode::kUnsupported, "run_check_backward: variable-length batches "
+                                                     "are not checked (no backward takes them yet)"));
   Status st = buf.fill_random(seed);
   if (st.ok()) st = buf.poison_outputs();
   if (!st.ok()) return fail(st);

@@ -70,9 +70,28 @@ struct FwdProblem {
   BlockDescale q_block_descale, k_block_descale;
   bool fp8_block_scales = false;  // the block descales were given (k8's inputs)
 
+  // Variable-length batches (ForwardArgs::cu_seqlens_q ...): sequence b's queries are rows
+  // [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of the packed q and o (total_q rows), its keys rows
+  // [cu_seqlens_k[b], ...) of k and v (total_k rows), the first seqused_k[b] of them when given.
+  // Then batch is the number of sequences, seqlen_q and seqlen_k are max_seqlen_q/k (bounds of
+  // every sequence's), every batch stride (lse's too) is 0 and lse is (heads_q, total_q).
+  // Kernels see one sequence as a dense problem of its own through sequence_view()
+  // (kernels/common/varlen.cuh).
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+  const int* seqused_k = nullptr;
+  int total_q = 0, total_k = 0;
+
   // The bound an unbounded window side is normalized to (larger than any seqlen_q + seqlen_k
   // the API accepts for a window: it checks that).
   static constexpr int kUnboundedWindow = 1 << 30;
+
+  HFA_HOST_DEVICE bool varlen() const { return cu_seqlens_q != nullptr; }
+  // The rows and batch entries of the TMA views of q / o and k / v: a variable-length batch's
+  // packed tensors are one batch entry of total_q (total_k) rows.
+  HFA_HOST_DEVICE int q_rows() const { return varlen() ? total_q : seqlen_q; }
+  HFA_HOST_DEVICE int k_rows() const { return varlen() ? total_k : seqlen_k; }
+  HFA_HOST_DEVICE int tma_batch() const { return varlen() ? 1 : batch; }
 
   // Query heads per KV head (GQA group size).
   HFA_HOST_DEVICE int group_size() const { return heads_q / heads_kv; }

@@ -62,7 +62,7 @@ Row run_config(const check::Config& config, const Options& options, uint64_t see
   row.impl = config.kernel + (options.backward && config.deterministic ? "_deterministic" : "");
   row.config = config;
   row.config.backward = options.backward;
-  row.kind = options.backward ? "bwd" : "fwd";
+  row.kind = options.backward ? "bwd" : config.varlen() ? "fwd_varlen" : "fwd";
   check::DeviceBuffers buffers;
   Status st = buffers.allocate(row.config);
   if (st.ok() && options.backward) {
@@ -119,6 +119,9 @@ std::string format_row(const Row& r) {
     line += "  window (" + std::to_string(c.window_left) + ", " + std::to_string(c.window_right) + ")";
   if (c.softcap > 0.f) line += "  softcap " + std::to_string(c.softcap);
   if (c.sinks) line += "  sinks";
+  if (c.varlen())
+    line += "  varlen: " + std::to_string(c.varlen_q.size()) + " sequences, " +
+            std::to_string(c.cu_seqlens(false).back()) + " tokens (b = sequences, s = the longest)";
   if (r.check_pass && !*r.check_pass) line += "\n    " + r.error;
   return line;
 }
@@ -185,6 +188,11 @@ bool write_json(const std::string& path, const RunInfo& info, const std::vector<
       std::snprintf(v, sizeof(v), "\"window_left\": %d, \"window_right\": %d, \"softcap\": %g, \"sinks\": %s, ",
                     c.window_left, c.window_right, static_cast<double>(c.softcap), c.sinks ? "true" : "false");
       f << v;
+    }
+    if (c.varlen()) {  // the sequences' lengths (queries = keys)
+      f << "\"varlen_lengths\": [";
+      for (size_t b = 0; b < c.varlen_q.size(); ++b) f << (b ? ", " : "") << c.varlen_q[b];
+      f << "], \"total_q\": " << c.cu_seqlens(false).back() << ", ";
     }
     if (r.ms > 0) {
       char t[128];

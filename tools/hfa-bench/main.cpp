@@ -8,9 +8,11 @@
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -148,6 +150,14 @@ int main(int argc, char** argv) {
   app.add_option("--softcap", softcap, "softcap (scores become softcap * tanh(scores / softcap); 0 = off)");
   bool sinks = false;
   app.add_flag("--sinks", sinks, "attention sinks: a random fp32 logit per query head in [-1, 4)");
+  int varlen_total = 0;
+  std::vector<int> varlen_range = {100, 4000};
+  app.add_option("--varlen", varlen_total,
+                 "a variable-length batch (cu_seqlens) of this many tokens, in sequences of random "
+                 "lengths (--varlen-range; from --seed), keys = queries; --batch and --seqlen unused")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--varlen-range", varlen_range, "--varlen: MIN,MAX sequence length (default 100,4000)")
+      ->delimiter(',')->expected(2);
   app.add_flag("--sweep", sweep, "run the seeds' sweep: s=512..16384, batch=16384/s, heads=2048/d, causal 0/1");
   app.add_option("--sweep-headdims", sweep_dims, "head dims of the sweep")->delimiter(',');
   app.add_option("--json", json_path, "write the results as JSON (DESIGN.md schema)");
@@ -188,8 +198,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "hfa-bench: --kv-dtype, --page-size and --num-splits are --decode options\n");
     return 2;
   }
-  if (decode && (!window.empty() || softcap != 0.f || sinks)) {
-    std::fprintf(stderr, "hfa-bench: --window, --softcap and --sinks are not --decode options\n");
+  if (decode && (!window.empty() || softcap != 0.f || sinks || varlen_total)) {
+    std::fprintf(stderr, "hfa-bench: --window, --softcap, --sinks and --varlen are not --decode options\n");
+    return 2;
+  }
+  if (varlen_total && (sweep || varlen_range[0] < 1 || varlen_range[1] < varlen_range[0])) {
+    std::fprintf(stderr, "hfa-bench: --varlen takes no --sweep, and --varlen-range needs 1 <= MIN <= MAX\n");
     return 2;
   }
   if (decode) {
@@ -234,6 +248,18 @@ int main(int argc, char** argv) {
     c.heads_q = heads > 0 ? heads : std::max(1, 2048 / head_dim);
     c.heads_kv = heads_kv > 0 ? heads_kv : c.heads_q;
     c.causal = causal;
+    if (varlen_total) {  // random lengths until the total is reached; the last one is cut to fit
+      std::mt19937_64 rng(opt.seed);
+      std::uniform_int_distribution<int> length(varlen_range[0], varlen_range[1]);
+      for (int left = varlen_total; left > 0;) {
+        const int n = std::min(left, length(rng));
+        c.varlen_q.push_back(n);
+        left -= n;
+      }
+      c.varlen_k = c.varlen_q;
+      c.batch = static_cast<int>(c.varlen_q.size());
+      c.seqlen_q = c.seqlen_k = *std::max_element(c.varlen_q.begin(), c.varlen_q.end());
+    }
     configs.push_back(c);
   }
 

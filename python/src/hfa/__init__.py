@@ -14,7 +14,7 @@ import torch
 
 from . import _C  # the compiled binding; loads libhfa.so shipped next to it
 
-__all__ = ["attention", "attention_with_kvcache", "plan_decode", "DecodePlan", "quantize_fp8",
+__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "plan_decode", "DecodePlan", "quantize_fp8",
            "Fp8Inputs", "list_kernels", "list_backward_kernels", "select_kernel",
            # FlashAttention-3's functions (flash_attn_interface.py, imported at the end)
            "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
@@ -173,6 +173,71 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
                                            k_block_descale, deterministic, backward_kernel,
                                            int(window_size[0]), int(window_size[1]),
                                            float(softcap), sinks)
+    return (out, lse) if return_lse else out
+
+
+@torch.library.custom_op("hfa::attention_varlen_fwd", mutates_args=())
+def _attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                          max_seqlen_q: int, max_seqlen_k: int,
+                          seqused_k: Optional[torch.Tensor], causal: bool,
+                          softmax_scale: Optional[float], kernel: str,
+                          window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                          sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    if q.dim() != 3:
+        raise ValueError(f"q: expected rank 3 (total_q, heads_q, head_dim), got rank {q.dim()}")
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
+    _C.forward_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                      seqused_k, causal, softmax_scale, kernel, window_left, window_right, softcap,
+                      sinks)
+    return out, lse
+
+
+@_attention_varlen_fwd.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, causal,
+      softmax_scale, kernel, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
+    if q.dim() != 3:
+        raise ValueError(f"q: expected rank 3 (total_q, heads_q, head_dim), got rank {q.dim()}")
+    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+def _varlen_backward(ctx, dout, dlse):
+    raise NotImplementedError("hfa.attention_varlen: the backward of variable-length batches is "
+                              "not implemented yet (no backward kernel takes cu_seqlens; issue "
+                              "22); run the forward under torch.no_grad(), or pad the batch and "
+                              "use hfa.attention")
+
+
+_attention_varlen_fwd.register_autograd(_varlen_backward, setup_context=lambda ctx, inputs, output: None)
+
+
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
+                     max_seqlen_k: int, seqused_k: Optional[torch.Tensor] = None,
+                     causal: bool = False, softmax_scale: Optional[float] = None,
+                     kernel: str = "auto", return_lse: bool = False,
+                     window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                     sinks: Optional[torch.Tensor] = None):
+    """Attention over a packed batch of sequences of different lengths (no padding).
+
+    q: (total_q, heads_q, head_dim), k, v: (total_k, heads_kv, head_dim), bf16/fp16, sequence b
+    being rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q and cu_seqlens_k[b] ..
+    cu_seqlens_k[b + 1] of k and v (cu_seqlens: int32 (batch + 1,) CUDA tensors starting at 0;
+    seqused_k: optional int32 (batch,), the keys each sequence uses). max_seqlen_q / max_seqlen_k
+    must bound every sequence's length (a longer one is cut to it). causal, window_size, softcap
+    and sinks as in attention(), within each sequence (bottom-right aligned to its own lengths).
+    Returns out (total_q, heads_q, head_dim), or (out, lse) with lse fp32 (heads_q, total_q).
+
+    Forward only for now: calling backward() through it raises NotImplementedError (issue 22).
+    """
+    if len(window_size) != 2:
+        raise ValueError(f"window_size: {window_size!r}; expected (left, right)")
+    out, lse = torch.ops.hfa.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                                  int(max_seqlen_q), int(max_seqlen_k), seqused_k,
+                                                  causal, softmax_scale, kernel,
+                                                  int(window_size[0]), int(window_size[1]),
+                                                  float(softcap), sinks)
     return (out, lse) if return_lse else out
 
 

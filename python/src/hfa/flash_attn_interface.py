@@ -12,7 +12,7 @@ from typing import Optional, Union
 
 import torch
 
-from . import attention, attention_with_kvcache
+from . import attention, attention_varlen, attention_with_kvcache
 
 __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
            "flash_attn_with_kvcache"]
@@ -90,10 +90,19 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            window_size=(-1, -1), attention_chunk=0, softcap=0.0, num_splits=1,
                            pack_gqa=None, deterministic=False, sm_margin=0,
                            return_attn_probs=False):
-    """Packed variable-length batches: not in hfa yet (issue 22). Raises NotImplementedError."""
-    raise NotImplementedError("flash_attn_varlen_func: variable-length batches (cu_seqlens_q, "
-                              "cu_seqlens_k) are not supported by hfa yet; pad to (batch, seqlen, "
-                              "heads, head_dim) and use flash_attn_func")
+    """q: (total_q, heads_q, head_dim), k, v: (total_k, heads_kv, head_dim), bf16/fp16; sequence b
+    is rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q (int32 (batch + 1,) CUDA tensors), likewise
+    for k and v, of which it uses the first seqused_k[b] when given. Returns out, or (out,
+    softmax_lse) with return_attn_probs (softmax_lse: fp32 (heads_q, total_q)). Forward only for
+    now (hfa.attention_varlen): its backward raises NotImplementedError."""
+    _forward_options("flash_attn_varlen_func", qv, attention_chunk, num_splits, pack_gqa, sm_margin)
+    _unsupported("flash_attn_varlen_func", seqused_q=(seqused_q, None), q_descale=(q_descale, None),
+                 k_descale=(k_descale, None), v_descale=(v_descale, None),
+                 deterministic=(deterministic, False))
+    return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                            seqused_k=seqused_k, causal=causal, softmax_scale=softmax_scale,
+                            return_lse=return_attn_probs, window_size=tuple(window_size),
+                            softcap=softcap)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None,

@@ -26,8 +26,8 @@ KernelEntry k6_entry() {
   KernelEntry e = make_entry<K6Family<k6::Variant::kFull>>(
       "K6: K5 plus ping-pong of the two consumer warpgroups (named barriers), intra-warpgroup "
       "overlap (softmax of tile j while P V of tile j-1 runs), persistent longest-first scheduler",
-      HFA_K6_SUPPORTS ", sliding window, softcap, sinks", /*auto_priority=*/40);
-  e.variants = {/*window=*/true, /*softcap=*/true, /*sinks=*/true};  // the ablations: none
+      HFA_K6_SUPPORTS ", sliding window, softcap, sinks, variable-length batches", /*auto_priority=*/40);
+  e.variants = {/*window=*/true, /*softcap=*/true, /*sinks=*/true, /*varlen=*/true};  // the ablations: none
   return e;
 }
 

@@ -45,6 +45,7 @@
 #include <cute/tensor.hpp>
 
 #include "common/problem.h"
+#include "kernels/common/varlen.cuh"
 #include "kernels/k6/k6_launch.h"
 #include "kernels/sm90/common/attention_config.cuh"
 #include "kernels/sm90/common/attention_loads.cuh"
@@ -77,8 +78,11 @@ using K6Config = sm90::AttentionConfig<T, D, block_n(D), stages(D),
 // One consumer warpgroup's work on one Q tile (its 64 rows): every KV tile, then O and LSE out.
 // kv / q: the consumer's positions in the K and V rings (they move together) and the Q ring,
 // carried across tiles. Which tile it is comes with Q (SharedStorage::q_tile_coord).
-template <typename T, class Config, bool kPingPong, bool kOverlap, class Mask, class Score>
+// p: the problem, or with kVarlen the tile's sequence (sequence_view), whose first row is
+// q_row_offset of the packed O.
+template <typename T, class Config, bool kPingPong, bool kOverlap, bool kVarlen, class Mask, class Score>
 __device__ __forceinline__ void consume_tile(const typename Config::Params& params,
+                                             const FwdProblem& p, int q_row_offset,
                                              typename Config::SharedStorage& ss,
                                              typename Config::Pipeline::State& kv,
                                              typename Config::QPipeline::State& q,
@@ -89,7 +93,6 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   using QPipeline = typename Config::QPipeline;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
   using namespace cute;
-  const FwdProblem& p = params.problem;
   QPipeline::consumer_wait(ss.q_pipeline, q);
   const sm90::BlockCoord bc = sm90::published_tile(ss.q_tile_coord);
   const int q0 = bc.m_block * kBlockM;
@@ -147,6 +150,12 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   constexpr bool kRingStaging = Config::kOutput == sm90::OutputPath::kRingStages;
   static_assert(!kRingStaging || Config::kConsumerWarpgroups == 2,
                 "ring staging hands K's stage to warpgroup 0 and V's to warpgroup 1");
+  // O leaves through the TMA store unless the tile reaches past its sequence's end in a
+  // variable-length batch (the tensor map would clip it only at the end of the packed O, and
+  // write into the next sequence): that tile stores directly (store_output), and at d = 256
+  // holds no ring stage for staging.
+  const bool staged = !kVarlen || q0 + kBlockM <= p.seqlen_q;
+  const bool ring_staged = kRingStaging && staged;
   constexpr int kKDone = sm90::kStagedOutputBarrier + 2, kVDone = kKDone + 1;
   const int warpgroup = mma_thread / 128, wg_thread = mma_thread % 128;
   using NamedBarrier = cutlass::arch::NamedBarrier;
@@ -154,10 +163,10 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   // it), and Q after the tile's last Q K^T; scale, mask (where `masked`), softmax.
   auto release_and_mask = [&](int tile, const typename Pipeline::State& st, bool masked) {
     const bool last = tile == range.end - 1;
-    if (!kRingStaging || !last) Pipeline::consumer_release(ss.pipeline, st);
+    if (!ring_staged || !last) Pipeline::consumer_release(ss.pipeline, st);
     if (last) {
       QPipeline::consumer_release(ss.q_pipeline, q);
-      if (kRingStaging && warpgroup == 1) NamedBarrier::arrive(256, kKDone);
+      if (ring_staged && warpgroup == 1) NamedBarrier::arrive(256, kKDone);
     }
     sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, masked, q0, tile * kBlockN, scale_log2, score);
   };
@@ -236,7 +245,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     turns.end();
     warpgroup_wait<0>();
     sm90::fence_after_wait(tOrO, tOrP);
-    if constexpr (!kRingStaging) Pipeline::consumer_release(ss.pipeline_v, prev);
+    if (!ring_staged) Pipeline::consumer_release(ss.pipeline_v, prev);
   }
 
   float lse[kRows], inv[kRows];
@@ -244,11 +253,12 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<D>>{}));
   Tensor coord_rc = sm90::as_rowcol(tOcO);
   const int row_block = bc.m_block * (kBlockM / sm90::kStagedRows) + warpgroup;
-  if constexpr (Config::kOutput == sm90::OutputPath::kOwnTiles) {
+  if (Config::kOutput == sm90::OutputPath::kOwnTiles && staged) {
     sm90::store_output_staged<T, D>(params.tma_o, ss.o_staging.o + warpgroup * sm90::kStagedRows * D,
-                                    o_rc, inv, p, bc.batch, bc.head, row_block, warpgroup, wg_thread);
+                                    o_rc, inv, p, bc.batch, bc.head, row_block, warpgroup, wg_thread,
+                                    q_row_offset);
     sm90::store_lse(p, coord_rc, lse, bc.batch, bc.head, q0);
-  } else if (kRingStaging && !range.empty()) {
+  } else if (ring_staged && !range.empty()) {
     if (warpgroup == 0) {
       NamedBarrier::sync(256, kKDone);
       NamedBarrier::arrive(256, kVDone);
@@ -257,19 +267,23 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     }
     auto* staging = warpgroup == 0 ? ss.k[prev.index] : ss.v[prev.index];
     sm90::store_output_staged<T, D>(params.tma_o, staging, o_rc, inv, p, bc.batch, bc.head, row_block,
-                                    warpgroup, wg_thread);
+                                    warpgroup, wg_thread, q_row_offset);
     if (wg_thread == 0) {  // release both stages for the warpgroup once the store has read them
       sm90::bulk_wait_read<0>();
       Pipeline::consumer_release(ss.pipeline, prev, 128);
       Pipeline::consumer_release(ss.pipeline_v, prev, 128);
     }
     sm90::store_lse(p, coord_rc, lse, bc.batch, bc.head, q0);
-  } else {  // no staging (or a tile that sees no key, so no ring stage of its own)
+  } else {  // no staging (a tile that sees no key, so no ring stage of its own, or one past its
+           // sequence's end)
     sm90::store_output<T>(p, o_rc, inv, coord_rc, lse, bc.batch, bc.head, q0);
   }
 }
 
-template <typename T, class Config, Variant V, class Mask, class Score>
+// kVarlen: a variable-length batch (FwdProblem::cu_seqlens_q ...). The scheduler walks the tiles
+// of max_seqlen_q for every sequence; producer and consumers alike skip those past their
+// sequence's end (sequence_view, read once per tile) and run the others on the sequence's view.
+template <typename T, class Config, Variant V, bool kVarlen, class Mask, class Score>
 __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
     k6_forward_kernel(const __grid_constant__ typename Config::Params params) {
   constexpr int D = Config::kHeadDim;
@@ -300,17 +314,27 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
       const int idx = scheduler.tile_index(round, blockIdx.x, gridDim.x);
       if (idx >= scheduler.tiles()) continue;
       const sm90::BlockCoord bc = scheduler.block_coord(idx);
-      const sm90::KvRange range = Mask::range(p, bc.m_block * Config::kBlockM, Config::kBlockM,
-                                              Config::kBlockN);
-      sm90::load_q_stage_of<QPipeline, Config::kBlockM, D, typename Config::QLayout>(
-          ss.q_pipeline, q, params.tma_q, ss.q, p, bc, ss.q_tile_coord);
-      const int hk = bc.head / p.group_size();
-      for (int tile = range.begin; tile < range.end; ++tile) {  // each waits for its stage's release
-        sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
-            ss.pipeline, kv, params.tma_k, ss.k[0], p, hk, bc.batch, tile);
-        sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
-            ss.pipeline_v, kv, params.tma_v, ss.v[0], p, hk, bc.batch, tile);
-        kv.advance();
+      auto produce = [&](const FwdProblem& sp, SequenceOffsets at) {
+        const sm90::KvRange range = Mask::range(sp, bc.m_block * Config::kBlockM, Config::kBlockM,
+                                                Config::kBlockN);
+        sm90::load_q_stage_of<QPipeline, Config::kBlockM, D, typename Config::QLayout>(
+            ss.q_pipeline, q, params.tma_q, ss.q, sp, bc, ss.q_tile_coord, at.q);
+        const int hk = bc.head / sp.group_size(), b = kVarlen ? 0 : bc.batch;
+        for (int tile = range.begin; tile < range.end; ++tile) {  // each waits for its stage's release
+          sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
+              ss.pipeline, kv, params.tma_k, ss.k[0], sp, hk, b, tile, at.k);
+          sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
+              ss.pipeline_v, kv, params.tma_v, ss.v[0], sp, hk, b, tile, at.k);
+          kv.advance();
+        }
+      };
+      if constexpr (kVarlen) {
+        SequenceOffsets at;
+        const FwdProblem sp = sequence_view<T>(p, bc.batch, &at);
+        if (bc.m_block * Config::kBlockM >= sp.seqlen_q) continue;  // past the sequence's end
+        produce(sp, at);
+      } else {
+        produce(p, SequenceOffsets{});
       }
     }
   } else {  // consumers
@@ -321,8 +345,19 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
     typename QPipeline::State q = QPipeline::consumer_start();
     turns.start();
     for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
-      if (scheduler.tile_index(round, blockIdx.x, gridDim.x) >= scheduler.tiles()) continue;
-      consume_tile<T, Config, kPingPong, kOverlap, Mask, Score>(params, ss, kv, q, turns, mma_thread);
+      const int idx = scheduler.tile_index(round, blockIdx.x, gridDim.x);
+      if (idx >= scheduler.tiles()) continue;
+      if constexpr (kVarlen) {  // the producer's test, on the same tile
+        const sm90::BlockCoord bc = scheduler.block_coord(idx);
+        SequenceOffsets at;
+        const FwdProblem sp = sequence_view<T>(p, bc.batch, &at);
+        if (bc.m_block * Config::kBlockM >= sp.seqlen_q) continue;
+        consume_tile<T, Config, kPingPong, kOverlap, true, Mask, Score>(params, sp, at.q, ss, kv, q,
+                                                                         turns, mma_thread);
+      } else {
+        consume_tile<T, Config, kPingPong, kOverlap, false, Mask, Score>(params, p, 0, ss, kv, q,
+                                                                          turns, mma_thread);
+      }
       q.advance();
     }
     turns.finish();
@@ -330,25 +365,25 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
   }
 }
 
-template <typename T, class Config, Variant V, class Mask, class Score>
+template <typename T, class Config, Variant V, bool kVarlen, class Mask, class Score>
 cudaError_t launch_config(const FwdProblem& p, cudaStream_t stream) {
   static_assert(Config::kSmemBytes <= smem_bytes(Config::kHeadDim),
                 "k6_launch.h's smem_bytes() must bound the kernel's");
-  return sm90::launch_persistent<Config>(k6_forward_kernel<T, Config, V, Mask, Score>,
+  return sm90::launch_persistent<Config>(k6_forward_kernel<T, Config, V, kVarlen, Mask, Score>,
                                          threads(Config::kConsumerWarpgroups), sizeof(T),
                                          kL2GroupBytes, p, stream);
 }
 
 // The policies of a score variant (k6_launch.h: launch_variant): the sliding window's mask, the
-// softcap's score transform.
-template <typename T, int D, Variant V, bool kLocal, bool kSoftcap>
+// softcap's score transform; and the variable-length batch.
+template <typename T, int D, Variant V, bool kLocal, bool kSoftcap, bool kVarlen = false>
 cudaError_t launch_policies(const FwdProblem& p, cudaStream_t stream) {
   using Mask = std::conditional_t<kLocal, sm90::LocalMask, sm90::AttentionMask>;
   using Score = std::conditional_t<kSoftcap, sm90::SoftcapScore, sm90::PlainScore>;
   if constexpr (max_consumer_warpgroups(D) == 3) {
-    if (wide_q_tile(p)) return launch_config<T, K6Config<T, D, 3>, V, Mask, Score>(p, stream);
+    if (wide_q_tile(p)) return launch_config<T, K6Config<T, D, 3>, V, kVarlen, Mask, Score>(p, stream);
   }
-  return launch_config<T, K6Config<T, D, 2>, V, Mask, Score>(p, stream);
+  return launch_config<T, K6Config<T, D, 2>, V, kVarlen, Mask, Score>(p, stream);
 }
 
 template <typename T, int D, bool kLocal, bool kSoftcap>
@@ -356,12 +391,24 @@ cudaError_t launch_variant(const FwdProblem& p, cudaStream_t stream) {
   return launch_policies<T, D, Variant::kFull, kLocal, kSoftcap>(p, stream);
 }
 
-// Dense and causal attention here; the window and softcap variants in their own translation unit
-// (k6_variants_hdim<D>.cu), compiled in parallel. Sinks need no variant: they enter once per
-// tile, in the softmax's finalize. The ablation variants take neither (k6.cu declares it).
+template <typename T, int D, bool kLocal, bool kSoftcap>
+cudaError_t launch_varlen(const FwdProblem& p, cudaStream_t stream) {
+  return launch_policies<T, D, Variant::kFull, kLocal, kSoftcap, true>(p, stream);
+}
+
+// Dense and causal attention here; the window and softcap variants and the variable-length
+// batches in their own translation units (k6_variants_hdim<D>.cu, k6_varlen_hdim<D>.cu), compiled
+// in parallel. Sinks need no variant: they enter once per tile, in the softmax's finalize. The
+// ablation variants take none of them (k6.cu declares it).
 template <typename T, int D, Variant V>
 cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
   if constexpr (V == Variant::kFull) {
+    if (p.varlen()) {
+      if (p.local) return p.softcap > 0.f ? launch_varlen<T, D, true, true>(p, stream)
+                                           : launch_varlen<T, D, true, false>(p, stream);
+      return p.softcap > 0.f ? launch_varlen<T, D, false, true>(p, stream)
+                             : launch_varlen<T, D, false, false>(p, stream);
+    }
     if (p.local) return p.softcap > 0.f ? launch_variant<T, D, true, true>(p, stream)
                                          : launch_variant<T, D, true, false>(p, stream);
     if (p.softcap > 0.f) return launch_variant<T, D, false, true>(p, stream);

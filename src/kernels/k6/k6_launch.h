@@ -76,4 +76,9 @@ cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream);  // k6_hdi
 template <typename T, int D, bool kLocal, bool kSoftcap>
 cudaError_t launch_variant(const FwdProblem& p, cudaStream_t stream);
 
+// k6 on a variable-length batch (FwdProblem::varlen()), with or without a window and softcap.
+// k6_varlen_hdim<D>.cu.
+template <typename T, int D, bool kLocal, bool kSoftcap>
+cudaError_t launch_varlen(const FwdProblem& p, cudaStream_t stream);
+
 }  // namespace hfa::k6

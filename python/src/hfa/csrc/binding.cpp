@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 
 namespace {
 
@@ -109,6 +110,32 @@ void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::
   if (v_descale) args.v_descale = to_view(*v_descale, "v_descale", device);
   if (q_block_descale) args.q_block_descale = to_view(*q_block_descale, "q_block_descale", device);
   if (k_block_descale) args.k_block_descale = to_view(*k_block_descale, "k_block_descale", device);
+  throw_if_error(hfa::forward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
+}
+
+// A variable-length batch's forward (ForwardArgs::cu_seqlens_q ...): packed (total, heads,
+// head_dim) q, k, v, out and lse (heads_q, total_q), written in place like forward().
+void forward_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
+                    std::optional<at::Tensor> lse, const at::Tensor& cu_seqlens_q,
+                    const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                    std::optional<at::Tensor> seqused_k, bool causal,
+                    std::optional<double> softmax_scale, const std::string& kernel,
+                    int64_t window_left, int64_t window_right, double softcap,
+                    std::optional<at::Tensor> sinks) {
+  const at::Device device = cuda_device_of(q);
+  const c10::cuda::CUDAGuard guard(device);
+  hfa::ForwardArgs args;
+  set_common_args(&args, q, k, v, out, causal, softmax_scale, kernel, device);
+  set_variant_args(&args, window_left, window_right, softcap, sinks, device);
+  if (lse) args.lse = to_view(*lse, "lse", device);
+  args.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q", device);
+  args.cu_seqlens_k = to_view(cu_seqlens_k, "cu_seqlens_k", device);
+  for (const auto& [value, name] : {std::pair{max_seqlen_q, "max_seqlen_q"}, std::pair{max_seqlen_k, "max_seqlen_k"}})
+    if (value < 0 || value > INT32_MAX)
+      throw std::invalid_argument(std::string(name) + ": " + std::to_string(value) + "; must be in [0, 2^31)");
+  args.max_seqlen_q = static_cast<int>(max_seqlen_q);
+  args.max_seqlen_k = static_cast<int>(max_seqlen_k);
+  if (seqused_k) args.seqused_k = to_view(*seqused_k, "seqused_k", device);
   throw_if_error(hfa::forward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
 }
 
@@ -250,6 +277,7 @@ pybind11::list kernel_list(const std::vector<hfa::KernelInfo>& kernels) {
     d["window"] = k.window;
     d["softcap"] = k.softcap;
     d["sinks"] = k.sinks;
+    d["varlen"] = k.varlen;
     out.append(d);
   }
   return out;
@@ -260,6 +288,7 @@ pybind11::list kernel_list(const std::vector<hfa::KernelInfo>& kernels) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "hfa: exact attention for NVIDIA GPUs (the C++ library's thin torch binding)";
   m.def("forward", &forward, "attention forward into preallocated out (and lse)");
+  m.def("forward_varlen", &forward_varlen, "variable-length batch forward into preallocated out (and lse)");
   m.def("backward", &backward, "attention backward into preallocated dq, dk, dv");
   m.def("quantize_fp8", &quantize_fp8, "bf16/fp16 q, k, v -> e4m3 and descales, in place");
   m.def("plan_decode", &plan_decode, "decode's (num_splits, workspace bytes) for these shapes");

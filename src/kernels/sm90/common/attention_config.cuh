@@ -160,7 +160,7 @@ cudaError_t launch_attention(Kernel kernel, dim3 grid, int threads, typename Con
       p, &params.tma_q, &params.tma_k, &params.tma_v);
   if constexpr (Config::kStageO)
     params.tma_o = make_output_tma<typename Config::E, Config::kHeadDim>(
-        p.o, p.seqlen_q, p.heads_q, p.batch, p.o_row_stride, p.o_head_stride, p.o_batch_stride);
+        p.o, p.q_rows(), p.heads_q, p.tma_batch(), p.o_row_stride, p.o_head_stride, p.o_batch_stride);
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Config::kSmemBytes);
   if (err != cudaSuccess) return err;

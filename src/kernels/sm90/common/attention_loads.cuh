@@ -24,34 +24,37 @@ __device__ void load_q_tile(const Tma& tma, uint64_t& barrier, Element* smem, co
 // Q tile `m_block` of (batch b, head h) into the Q buffer, treated as a one-stage ring
 // (AttentionConfig::QPipeline): waits until the previous tile's Q was released. Advances `state`.
 // fill_stage: shared-memory writes published with the Q tile (see TmaPipeline::producer_acquire).
+// row_offset: a variable-length sequence's first row (load_tile); its b is then 0.
 template <class QPipeline, int BlockM, int D, class QLayout, class Tma, class Element,
           class Fill = NoStageFill>
 __device__ void load_q_stage(typename QPipeline::SharedStorage& q_pipeline,
                              typename QPipeline::State& state, const Tma& tma, Element* smem,
                              const FwdProblem& p, int h, int b, int m_block,
-                             const Fill& fill_stage = Fill{}) {
+                             const Fill& fill_stage = Fill{}, int row_offset = 0) {
   using namespace cute;
   QPipeline::producer_acquire(q_pipeline, state, BlockM * D * sizeof(Element), fill_stage);
   load_tile<BlockM, D>(tma, QPipeline::full_barrier(q_pipeline, state),
-                       make_tensor(make_smem_ptr(smem), QLayout{}), p.seqlen_q, p.heads_q, p.batch,
-                       h, b, m_block);
+                       make_tensor(make_smem_ptr(smem), QLayout{}), p.q_rows(), p.heads_q,
+                       p.tma_batch(), h, b, m_block, row_offset);
   state.advance();
 }
 
 // The persistent kernels' Q stage (K6, K7): Q tile `bc` into the Q buffer (load_q_stage), with its
 // coordinates written to `coord` and published with it, so the consumers read them from shared
 // memory (published_tile) instead of recomputing them: four integer divisions fewer on their
-// critical path between tiles.
+// critical path between tiles. row_offset: a variable-length sequence's first row (then the TMA
+// reads batch entry 0; coord still gets bc.batch).
 template <class QPipeline, int BlockM, int D, class QLayout, class Tma, class Element>
 __device__ void load_q_stage_of(typename QPipeline::SharedStorage& q_pipeline,
                                 typename QPipeline::State& state, const Tma& tma, Element* smem,
-                                const FwdProblem& p, const BlockCoord& bc, int (&coord)[3]) {
-  load_q_stage<QPipeline, BlockM, D, QLayout>(q_pipeline, state, tma, smem, p, bc.head, bc.batch,
-                                              bc.m_block, [&] {
+                                const FwdProblem& p, const BlockCoord& bc, int (&coord)[3],
+                                int row_offset = 0) {
+  load_q_stage<QPipeline, BlockM, D, QLayout>(q_pipeline, state, tma, smem, p, bc.head,
+                                              p.varlen() ? 0 : bc.batch, bc.m_block, [&] {
                                                 coord[0] = bc.m_block;
                                                 coord[1] = bc.head;
                                                 coord[2] = bc.batch;
-                                              });
+                                              }, row_offset);
 }
 // The coordinates load_q_stage_of published (after the wait on the Q stage).
 __device__ __forceinline__ BlockCoord published_tile(const int (&coord)[3]) {
@@ -80,16 +83,18 @@ __device__ void load_kv_tiles(typename Pipeline::SharedStorage& pipeline,
 // One tile (K or V) into the stage `state` points at of a ring with its own barriers (K6 keeps
 // K and V in separate rings so that K_j can be released as soon as S_j = Q K_j^T has landed,
 // while V_j is still needed). Does not advance `state`: the K and V rings move together.
+// row_offset: a variable-length sequence's first key (load_tile); its b is then 0.
 template <class Pipeline, int BlockN, int D, class KVLayout, class Tma, class Element>
 __device__ void load_ring_tile(typename Pipeline::SharedStorage& pipeline,
                                const typename Pipeline::State& state, const Tma& tma,
-                               Element* ring, const FwdProblem& p, int hk, int b, int tile) {
+                               Element* ring, const FwdProblem& p, int hk, int b, int tile,
+                               int row_offset = 0) {
   using namespace cute;
   constexpr int kStageElems = BlockN * D;
   Pipeline::producer_acquire(pipeline, state, kStageElems * sizeof(Element));
   load_tile<BlockN, D>(tma, Pipeline::full_barrier(pipeline, state),
                        make_tensor(make_smem_ptr(ring + state.index * kStageElems), KVLayout{}),
-                       p.seqlen_k, p.heads_kv, p.batch, hk, b, tile);
+                       p.k_rows(), p.heads_kv, p.tma_batch(), hk, b, tile, row_offset);
 }
 
 }  // namespace hfa::sm90

@@ -100,12 +100,15 @@ __device__ __forceinline__ void stage_output(Element* tile, const TO& o_rc, cons
 }
 
 // The whole staged store of one warpgroup's rows [row_block * kStagedRows, ...) of (batch b,
-// head h); warpgroup: 0 or 1 (its barrier id), wg_thread: 0..127.
+// head h); warpgroup: 0 or 1 (its barrier id), wg_thread: 0..127. row_offset: a variable-length
+// sequence's first row in the packed O (then b is ignored). The tensor map clips rows only at
+// the end of O: with a variable-length batch, a block that reaches past its sequence's end would
+// overwrite the next sequence's rows, so such blocks must take the direct store (store_output).
 template <typename T, int D, class Tma, class Element, class TO>
 __device__ __forceinline__ void store_output_staged(const Tma& tma, Element* tile, const TO& o_rc,
                                                     const float* row_factor, const FwdProblem& p,
                                                     int b, int h, int row_block, int warpgroup,
-                                                    int wg_thread) {
+                                                    int wg_thread, int row_offset = 0) {
   using namespace cute;
   using Barrier = cutlass::arch::NamedBarrier;
   if (wg_thread == 0) bulk_wait_read<0>();  // the previous tile's store has read the tile
@@ -114,9 +117,9 @@ __device__ __forceinline__ void store_output_staged(const Tma& tma, Element* til
   fence_proxy_async_shared();
   Barrier::sync(128, kStagedOutputBarrier + warpgroup);
   if (wg_thread == 0) {
-    Tensor m_o = tma.get_tma_tensor(make_shape(p.seqlen_q, Int<D>{}, p.heads_q, p.batch));
-    Tensor g_o = local_tile(m_o(_, _, h, b), Shape<Int<kStagedRows>, Int<D>>{},
-                            make_coord(row_block, _0{}));
+    Tensor m_o = tma.get_tma_tensor(make_shape(p.q_rows(), Int<D>{}, p.heads_q, p.tma_batch()));
+    Tensor g_o = local_tile(domain_offset(make_coord(row_offset, _0{}), m_o(_, _, h, p.varlen() ? 0 : b)),
+                            Shape<Int<kStagedRows>, Int<D>>{}, make_coord(row_block, _0{}));
     Tensor s_o = make_tensor(make_smem_ptr(tile), TileLayout<Element, kStagedRows, D>{});
     auto cta = tma.get_slice(_0{});
     copy(tma, cta.partition_S(s_o), cta.partition_D(g_o));

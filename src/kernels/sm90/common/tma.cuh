@@ -101,27 +101,30 @@ using TileTma = decltype(make_tile_tma<Element, Rows, D>(nullptr, 1, 1, 1, 0, 0,
 // get Q's (unused) descriptor shape.
 template <typename Element, int BlockM, int BlockN, int D, class TmaQ, class TmaKV>
 void make_attention_tmas(const FwdProblem& p, TmaQ* q, TmaKV* k, TmaKV* v) {
-  *q = make_tile_tma<Element, BlockM, D>(p.q, p.seqlen_q, p.heads_q, p.batch, p.q_row_stride,
+  *q = make_tile_tma<Element, BlockM, D>(p.q, p.q_rows(), p.heads_q, p.tma_batch(), p.q_row_stride,
                                          p.q_head_stride, p.q_batch_stride);
-  if (p.seqlen_k == 0) {
-    *k = *v = make_tile_tma<Element, BlockN, D>(p.q, p.seqlen_q, p.heads_q, p.batch,
+  if (p.k_rows() == 0) {
+    *k = *v = make_tile_tma<Element, BlockN, D>(p.q, p.q_rows(), p.heads_q, p.tma_batch(),
                                                 p.q_row_stride, p.q_head_stride, p.q_batch_stride);
     return;
   }
-  *k = make_tile_tma<Element, BlockN, D>(p.k, p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride,
+  *k = make_tile_tma<Element, BlockN, D>(p.k, p.k_rows(), p.heads_kv, p.tma_batch(), p.k_row_stride,
                                          p.k_head_stride, p.k_batch_stride);
-  *v = make_tile_tma<Element, BlockN, D>(p.v, p.seqlen_k, p.heads_kv, p.batch, p.v_row_stride,
+  *v = make_tile_tma<Element, BlockN, D>(p.v, p.k_rows(), p.heads_kv, p.tma_batch(), p.v_row_stride,
                                          p.v_head_stride, p.v_batch_stride);
 }
 
-// Issues the TMA load of tile `tile` (rows [tile * Rows, ...)) of (batch b, head h) into `smem`
-// (one (Rows, D) tile), completing on `barrier`. Called by one thread.
+// Issues the TMA load of tile `tile` (rows [row_offset + tile * Rows, ...)) of (batch b, head h)
+// into `smem` (one (Rows, D) tile), completing on `barrier`. Called by one thread. seqlen, heads,
+// batch: the descriptor's view (FwdProblem::q_rows() ...); row_offset: a variable-length
+// sequence's first row in the packed tensor (SequenceOffsets), whose tiles then start anywhere.
 template <int Rows, int D, class Tma, class SmemTensor>
 __device__ void load_tile(const Tma& tma, uint64_t& barrier, SmemTensor smem, int seqlen,
-                          int heads, int batch, int h, int b, int tile) {
+                          int heads, int batch, int h, int b, int tile, int row_offset = 0) {
   using namespace cute;
   Tensor m = tma.get_tma_tensor(make_shape(seqlen, Int<D>{}, heads, batch));
-  Tensor g = local_tile(m(_, _, h, b), Shape<Int<Rows>, Int<D>>{}, make_coord(tile, _0{}));
+  Tensor g = local_tile(domain_offset(make_coord(row_offset, _0{}), m(_, _, h, b)),
+                        Shape<Int<Rows>, Int<D>>{}, make_coord(tile, _0{}));
   auto cta = tma.get_slice(_0{});
   copy(tma.with(barrier), cta.partition_S(g), cta.partition_D(smem));
 }

@@ -1,0 +1,167 @@
+// Variable-length batches (issue 22: cu_seqlens_q, cu_seqlens_k, max_seqlen_q/k, seqused_k) in
+// every forward kernel that takes them, alone and with causal masks, windows, softcap and sinks,
+// against the fp64 reference by the DESIGN.md rule: check::run_check runs each sequence's rows
+// against the reference of that sequence alone, and checks that rows past the last sequence
+// (Config::varlen_tail) and the layouts' padding stay untouched.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "check/check.h"
+#include "gpu_test_util.h"
+
+namespace hfa::testing {
+namespace {
+
+// One packed batch: each sequence's query and key counts (and the keys it uses, if given).
+struct PackedCase {
+  const char* name;
+  std::vector<int> q, k, used;
+  int tail;
+  int heads_q, heads_kv;
+};
+
+// Lengths that start and end inside 128-row tiles (the direct store of a tile past a sequence's
+// end next to TMA stores of whole tiles), whole tiles, sq != sk both ways, a sequence without
+// queries, one without keys (its rows: O = 0, LSE = -inf), seqused_k, GQA 3:1 and MQA.
+const PackedCase kCases[] = {
+    {"one_row", {1}, {1}, {}, 0, 2, 2},
+    {"mixed", {17, 128, 300, 64}, {17, 128, 300, 64}, {}, 5, 6, 2},
+    {"sq_ne_sk", {129, 1, 200, 0, 40}, {17, 300, 0, 33, 257}, {}, 3, 4, 4},
+    {"seqused_k", {100, 256, 31}, {300, 256, 90}, {250, 1, 90}, 0, 4, 1},
+    {"many_short", {3, 9, 1, 27, 64, 65, 2, 130, 5, 7}, {3, 9, 1, 27, 64, 65, 2, 130, 5, 7}, {}, 1, 2, 1},
+};
+
+struct Mode {
+  const char* name;
+  bool causal;
+  int window_left, window_right;
+  float softcap;
+  bool sinks;
+};
+const Mode kModes[] = {
+    {"full", false, -1, -1, 0.f, false},
+    {"causal", true, -1, -1, 0.f, false},
+    {"window_48_0", false, 48, 0, 0.f, false},
+    {"softcap_sinks", true, -1, -1, 2.f, true},
+};
+
+struct VarlenParam {
+  std::string kernel;
+  int head_dim;
+  DType dtype;
+  Mode mode;
+};
+
+std::string varlen_param_name(const ::testing::TestParamInfo<VarlenParam>& info) {
+  const VarlenParam& p = info.param;
+  return p.kernel + "_d" + std::to_string(p.head_dim) + "_" + to_string(p.dtype) + "_" + p.mode.name;
+}
+
+std::vector<VarlenParam> varlen_params() {
+  std::vector<VarlenParam> out;
+  for (const KernelInfo& k : list_kernels()) {
+    if (!k.varlen) continue;
+    for (int d : compiled_head_dims())
+      for (DType dt : {DType::kBF16, DType::kFP16})
+        for (const Mode& m : kModes) out.push_back({k.name, d, dt, m});
+  }
+  return out;
+}
+
+check::Config varlen_config(const VarlenParam& p, const PackedCase& pc, int n) {
+  check::Config c;
+  c.kernel = p.kernel;
+  c.dtype = p.dtype;
+  c.head_dim = p.head_dim;
+  c.heads_q = pc.heads_q;
+  c.heads_kv = pc.heads_kv;
+  c.varlen_q = pc.q;
+  c.varlen_k = pc.k;
+  c.seqused_k = pc.used;
+  c.varlen_tail = pc.tail;
+  c.causal = p.mode.causal;
+  c.window_left = p.mode.window_left;
+  c.window_right = p.mode.window_right;
+  c.softcap = p.mode.softcap;
+  c.sinks = p.mode.sinks;
+  c.layout = kLayouts[n % 3];
+  return c;
+}
+
+class ForwardVarlen : public ::testing::TestWithParam<VarlenParam> {};
+
+TEST_P(ForwardVarlen, MatchReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  const VarlenParam& p = GetParam();
+  uint64_t seed = test_seed(varlen_param_name({p, 0}));
+  int n = 0;
+  for (const PackedCase& pc : kCases) {
+    expect_forward_pass(varlen_config(p, pc, n++), ++seed, /*max_rows=*/0);
+    if (IsSkipped() || HasFatalFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(VarlenKernels, ForwardVarlen, ::testing::ValuesIn(varlen_params()),
+                         varlen_param_name);
+
+// A batch of long sequences: many full tiles per sequence, the persistent scheduler's causal
+// grouping, GQA 4:1 (a few rows checked per head).
+TEST(ForwardVarlenLong, MatchReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  for (bool causal : {false, true}) {
+    VarlenParam p{"auto", compiled_head_dims().back(), DType::kBF16, kModes[causal ? 1 : 0]};
+    PackedCase pc{"long", {4100, 1000, 5003}, {4100, 1000, 5003}, {}, 2, 8, 2};
+    expect_forward_pass(varlen_config(p, pc, 0), test_seed("ForwardVarlenLong") + causal, 3000);
+    if (IsSkipped() || HasFatalFailure()) return;
+  }
+}
+
+// The checker has teeth: a launch that ignored the sequence boundaries of the keys, or
+// seqused_k, while the reference applies them, fails.
+TEST(ForwardVarlenChecker, CatchesIgnoredBoundaries) {
+  HFA_SKIP_WITHOUT_GPU();
+  VarlenParam p{"auto", compiled_head_dims()[0], DType::kBF16, kModes[0]};
+  const std::pair<const char*, void (*)(ForwardArgs&)> ignore[] = {
+      {"cu_seqlens_k", [](ForwardArgs& a) { a.cu_seqlens_k = a.cu_seqlens_q; }},
+      {"seqused_k", [](ForwardArgs& a) { a.seqused_k = TensorView{}; }}};
+  for (const auto& [name, tamper] : ignore) {
+    check::DeviceBuffers buf;
+    ASSERT_TRUE(buf.allocate(varlen_config(p, kCases[3], 0)).ok());
+    check::CheckResult r;
+    ASSERT_TRUE(check::run_check(buf, 91, 0, &r, tamper).ok());
+    EXPECT_FALSE(r.pass) << name << " ignored and still passed: " << r.message;
+  }
+}
+
+// cu_seqlens and seqused_k are device values the API cannot check: whatever they hold, the
+// kernel writes only rows of out (and lse) (clamped to [0, total]): nothing outside the
+// tensors' elements changes. (compute-sanitizer's memcheck run covers reads too.)
+TEST(ForwardVarlenDeviceValues, OutOfRangeValuesStayInsideTheTensors) {
+  HFA_SKIP_WITHOUT_GPU();
+  VarlenParam p{"auto", compiled_head_dims()[0], DType::kBF16, kModes[1]};
+  PackedCase pc{"bad", {40, 40, 40}, {40, 40, 40}, {40, 40, 40}, 0, 2, 2};
+  check::DeviceBuffers buf;
+  check::Config c = varlen_config(p, pc, 1);  // padded: gaps between rows and heads
+  ASSERT_TRUE(buf.allocate(c).ok());
+  int* bad = nullptr;
+  ASSERT_EQ(cudaMalloc(&bad, 3 * 4 * sizeof(int)), cudaSuccess);
+  const int values[12] = {-5, 30, 1 << 30, 2000000000,     // cu_seqlens_q: negative, past the end
+                          0, 1 << 29, -7, 90,              // cu_seqlens_k: decreasing, huge
+                          -3, 1000000, 0, 0};              // seqused_k
+  ASSERT_EQ(cudaMemcpy(bad, values, sizeof(values), cudaMemcpyHostToDevice), cudaSuccess);
+  check::CheckResult r;
+  const Status st = check::run_check(buf, 5, 0, &r, [&](ForwardArgs& a) {
+    a.cu_seqlens_q.data = bad;
+    a.cu_seqlens_k.data = bad + 4;
+    a.seqused_k.data = bad + 8;
+  });
+  ASSERT_TRUE(st.ok()) << st.message;
+  EXPECT_EQ(r.padding_clobbered, 0) << r.message;
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  cudaFree(bad);
+}
+
+}  // namespace
+}  // namespace hfa::testing
