@@ -15,29 +15,39 @@ struct SequenceOffsets {
   int q = 0, k = 0;
 };
 
-// Sequence b of a variable-length problem: seqlen_q / seqlen_k its own (cut to the problem's
-// max_seqlen_q / max_seqlen_k), q / o / lse and k / v pointing at its first row (the batch strides
-// are 0, so any batch index reads it). The device's cu_seqlens are clamped to [0, total] and
-// seqused_k to [0, the sequence's keys], so whatever they hold nothing outside the tensors is
-// touched. Call only for p.varlen(). T: the element type of q, k, v and o.
-template <typename T>
-__device__ __forceinline__ FwdProblem sequence_view(const FwdProblem& p, int b, SequenceOffsets* at) {
+// Sequence b of a variable-length problem: where its queries and keys start in the packed
+// tensors and how many there are (cut to max_seqlen_q / max_seqlen_k). The device's cu_seqlens
+// are clamped to [0, total] and seqused_k to [0, the sequence's keys], so whatever they hold
+// nothing outside the tensors is touched. Call only for p.varlen().
+struct SequenceSpan {
+  int q_begin, seqlen_q, k_begin, seqlen_k;
+};
+__device__ __forceinline__ SequenceSpan sequence_span(const FwdProblem& p, int b) {
   auto clamp = [](int x, int hi) { return min(max(x, 0), hi); };
   const int q_begin = clamp(p.cu_seqlens_q[b], p.total_q);
   const int q_end = max(q_begin, clamp(p.cu_seqlens_q[b + 1], p.total_q));
   const int k_begin = clamp(p.cu_seqlens_k[b], p.total_k);
   int k_len = max(k_begin, clamp(p.cu_seqlens_k[b + 1], p.total_k)) - k_begin;
   if (p.seqused_k) k_len = clamp(p.seqused_k[b], k_len);
+  return SequenceSpan{q_begin, min(q_end - q_begin, p.seqlen_q), k_begin, min(k_len, p.seqlen_k)};
+}
+
+// Sequence b as a dense problem (sequence_span): seqlen_q / seqlen_k its own, q / o / lse and
+// k / v pointing at its first row (the batch strides are 0, so any batch index reads it).
+// T: the element type of q, k, v and o.
+template <typename T>
+__device__ __forceinline__ FwdProblem sequence_view(const FwdProblem& p, int b, SequenceOffsets* at) {
+  const SequenceSpan span = sequence_span(p, b);
   FwdProblem s = p;
-  s.seqlen_q = min(q_end - q_begin, p.seqlen_q);
-  s.seqlen_k = min(k_len, p.seqlen_k);
-  s.q = static_cast<const T*>(p.q) + q_begin * p.q_row_stride;
-  s.o = static_cast<T*>(p.o) + q_begin * p.o_row_stride;
-  s.k = static_cast<const T*>(p.k) + k_begin * p.k_row_stride;
-  s.v = static_cast<const T*>(p.v) + k_begin * p.v_row_stride;
-  if (p.lse) s.lse = p.lse + q_begin * p.lse_row_stride;
-  at->q = q_begin;
-  at->k = k_begin;
+  s.seqlen_q = span.seqlen_q;
+  s.seqlen_k = span.seqlen_k;
+  s.q = static_cast<const T*>(p.q) + span.q_begin * p.q_row_stride;
+  s.o = static_cast<T*>(p.o) + span.q_begin * p.o_row_stride;
+  s.k = static_cast<const T*>(p.k) + span.k_begin * p.k_row_stride;
+  s.v = static_cast<const T*>(p.v) + span.k_begin * p.v_row_stride;
+  if (p.lse) s.lse = p.lse + span.q_begin * p.lse_row_stride;
+  at->q = span.q_begin;
+  at->k = span.k_begin;
   return s;
 }
 

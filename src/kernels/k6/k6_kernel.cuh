@@ -53,6 +53,7 @@
 #include "kernels/sm90/common/gmma_extended.cuh"
 #include "kernels/sm90/common/mask.cuh"
 #include "kernels/sm90/common/tile_scheduler.cuh"
+#include "kernels/sm90/common/varlen_scheduler.cuh"
 #include "kernels/sm90/common/warpgroup_turns.cuh"
 #include "kernels/sm90/common/wgmma.cuh"
 
@@ -77,12 +78,11 @@ using K6Config = sm90::AttentionConfig<T, D, block_n(D), stages(D),
 
 // One consumer warpgroup's work on one Q tile (its 64 rows): every KV tile, then O and LSE out.
 // kv / q: the consumer's positions in the K and V rings (they move together) and the Q ring,
-// carried across tiles. Which tile it is comes with Q (SharedStorage::q_tile_coord).
-// p: the problem, or with kVarlen the tile's sequence (sequence_view), whose first row is
-// q_row_offset of the packed O.
+// carried across tiles. Which tile it is comes with Q (SharedStorage::q_tile_coord); with kVarlen
+// the tile then works on its sequence's view (sequence_view: masks, ranges, direct stores), whose
+// first row the TMA store adds to its coordinates.
 template <typename T, class Config, bool kPingPong, bool kOverlap, bool kVarlen, class Mask, class Score>
 __device__ __forceinline__ void consume_tile(const typename Config::Params& params,
-                                             const FwdProblem& p, int q_row_offset,
                                              typename Config::SharedStorage& ss,
                                              typename Config::Pipeline::State& kv,
                                              typename Config::QPipeline::State& q,
@@ -95,6 +95,11 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   using namespace cute;
   QPipeline::consumer_wait(ss.q_pipeline, q);
   const sm90::BlockCoord bc = sm90::published_tile(ss.q_tile_coord);
+  FwdProblem sequence;
+  SequenceOffsets at;
+  if constexpr (kVarlen) sequence = sequence_view<T>(params.problem, bc.batch, &at);
+  const FwdProblem& p = kVarlen ? sequence : params.problem;
+  const int q_row_offset = at.q;
   const int q0 = bc.m_block * kBlockM;
   const sm90::KvRange range = Mask::range(p, q0, kBlockM, kBlockN);
   const Mask mask(p);
@@ -280,9 +285,9 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   }
 }
 
-// kVarlen: a variable-length batch (FwdProblem::cu_seqlens_q ...). The scheduler walks the tiles
-// of max_seqlen_q for every sequence; producer and consumers alike skip those past their
-// sequence's end (sequence_view, read once per tile) and run the others on the sequence's view.
+// kVarlen: a variable-length batch (FwdProblem::cu_seqlens_q ...): the tiles come from the plan
+// of sm90/common/varlen_scheduler.cuh (longest first), each run on its sequence's view
+// (sequence_view, read once per tile by the producer and by each consumer).
 template <typename T, class Config, Variant V, bool kVarlen, class Mask, class Score>
 __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
     k6_forward_kernel(const __grid_constant__ typename Config::Params params) {
@@ -296,7 +301,11 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
                            intra_warpgroup_overlap(D, Config::kConsumerWarpgroups);
   auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const FwdProblem& p = params.problem;
-  const sm90::PersistentTileScheduler scheduler(p, Config::kBlockM, params.tile_group);
+  using Scheduler = std::conditional_t<kVarlen, sm90::VarlenTileScheduler, sm90::PersistentTileScheduler>;
+  const Scheduler scheduler = [&] {
+    if constexpr (kVarlen) return Scheduler(params.tile_plan, p.heads_q);
+    else return Scheduler(p, Config::kBlockM, params.tile_group);
+  }();
   if (threadIdx.x == 0) {
     Pipeline::init(ss.pipeline, Config::kConsumerThreads);
     Pipeline::init(ss.pipeline_v, Config::kConsumerThreads);
@@ -330,9 +339,7 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
       };
       if constexpr (kVarlen) {
         SequenceOffsets at;
-        const FwdProblem sp = sequence_view<T>(p, bc.batch, &at);
-        if (bc.m_block * Config::kBlockM >= sp.seqlen_q) continue;  // past the sequence's end
-        produce(sp, at);
+        produce(sequence_view<T>(p, bc.batch, &at), at);
       } else {
         produce(p, SequenceOffsets{});
       }
@@ -345,19 +352,9 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
     typename QPipeline::State q = QPipeline::consumer_start();
     turns.start();
     for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
-      const int idx = scheduler.tile_index(round, blockIdx.x, gridDim.x);
-      if (idx >= scheduler.tiles()) continue;
-      if constexpr (kVarlen) {  // the producer's test, on the same tile
-        const sm90::BlockCoord bc = scheduler.block_coord(idx);
-        SequenceOffsets at;
-        const FwdProblem sp = sequence_view<T>(p, bc.batch, &at);
-        if (bc.m_block * Config::kBlockM >= sp.seqlen_q) continue;
-        consume_tile<T, Config, kPingPong, kOverlap, true, Mask, Score>(params, sp, at.q, ss, kv, q,
-                                                                         turns, mma_thread);
-      } else {
-        consume_tile<T, Config, kPingPong, kOverlap, false, Mask, Score>(params, p, 0, ss, kv, q,
-                                                                          turns, mma_thread);
-      }
+      if (scheduler.tile_index(round, blockIdx.x, gridDim.x) >= scheduler.tiles()) continue;
+      consume_tile<T, Config, kPingPong, kOverlap, kVarlen, Mask, Score>(params, ss, kv, q, turns,
+                                                                          mma_thread);
       q.advance();
     }
     turns.finish();
@@ -369,8 +366,14 @@ template <typename T, class Config, Variant V, bool kVarlen, class Mask, class S
 cudaError_t launch_config(const FwdProblem& p, cudaStream_t stream) {
   static_assert(Config::kSmemBytes <= smem_bytes(Config::kHeadDim),
                 "k6_launch.h's smem_bytes() must bound the kernel's");
-  return sm90::launch_persistent<Config>(k6_forward_kernel<T, Config, V, kVarlen, Mask, Score>,
-                                         threads(Config::kConsumerWarpgroups), sizeof(T),
+  auto* kernel = k6_forward_kernel<T, Config, V, kVarlen, Mask, Score>;
+  if constexpr (kVarlen) {
+    return sm90::with_varlen_plan<Mask>(p, Config::kBlockM, Config::kBlockN, stream, [&](const int* plan) {
+      return sm90::launch_persistent<Config>(kernel, threads(Config::kConsumerWarpgroups), sizeof(T),
+                                             kL2GroupBytes, p, stream, plan);
+    });
+  }
+  return sm90::launch_persistent<Config>(kernel, threads(Config::kConsumerWarpgroups), sizeof(T),
                                          kL2GroupBytes, p, stream);
 }
 

@@ -101,6 +101,8 @@ struct AttentionConfig {
     TileTma<E, kBlockM, D> tma_q;
     TileTma<E, kBlockN, D> tma_k, tma_v;
     int tile_group;  // persistent scheduler: (head, batch) pairs per L2 group (K6; else unused)
+    // K6 on a variable-length batch: the tile order plan_varlen_tiles wrote (varlen_scheduler.cuh).
+    const int* tile_plan;
     std::conditional_t<kStageO, OutputTma<E, D>, NoOutputTma> tma_o;
   };
 };
@@ -170,15 +172,28 @@ cudaError_t launch_attention(Kernel kernel, dim3 grid, int threads, typename Con
 
 // The launch of a persistent kernel (K6, K7) on `p`: one CTA per SM at most, the scheduler's L2
 // grouping of (head, batch) pairs for K/V of `element_bytes`, then launch_attention.
+// Params::tile_plan, for the kernels whose Params have one (k7's do not).
+template <class P>
+auto set_tile_plan(P& params, const int* plan, int) -> decltype(params.tile_plan = plan, void()) {
+  params.tile_plan = plan;
+}
+template <class P>
+void set_tile_plan(P&, const int*, long) {}
+
+// tile_plan: a variable-length batch's tile order (Params::tile_plan), if the kernel takes one.
 template <class Config, class Kernel>
 cudaError_t launch_persistent(Kernel kernel, int threads, int element_bytes, long long l2_group_bytes,
-                              const FwdProblem& p, cudaStream_t stream) {
+                              const FwdProblem& p, cudaStream_t stream,
+                              const int* tile_plan = nullptr) {
   int device = 0, sm_count = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
   typename Config::Params params{};
   params.problem = p;
+  set_tile_plan(params, tile_plan, 0);
+  // (With a variable-length batch: as many CTAs as max_seqlen_q's tiles for every sequence, a
+  // bound on the planned tiles; the CTAs past them find none.)
   const int grid = PersistentTileScheduler::grid_size(p, Config::kBlockM, sm_count);
   params.tile_group = PersistentTileScheduler::group_size(p, Config::kBlockM, element_bytes,
                                                           l2_group_bytes, grid);
