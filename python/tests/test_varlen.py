@@ -27,11 +27,12 @@ def _sequences(cu_q, cu_k, used=None):
         yield b, slice(cq[b], cq[b + 1]), slice(ck[b], ck[b] + n_k)
 
 
+@pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
-def test_each_sequence_matches_sdpa(causal, dt):
-    lens_q, lens_k = [17, 300, 1, 129, 64], [33, 300, 5, 128, 200]
-    q, k, v, cu_q, cu_k = _packed(lens_q, lens_k, 8, 2, 128, dt, seed=3 + causal)
+def test_each_sequence_matches_sdpa(causal, dt, d):
+    lens_q, lens_k = [17, 300, 1, 129, 64, 700], [33, 300, 5, 128, 200, 650]
+    q, k, v, cu_q, cu_k = _packed(lens_q, lens_k, 8, 2, d, dt, seed=3 + causal)
     scale = 0.09
     out, lse = hfa.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
                                     softmax_scale=scale, return_lse=True)
