@@ -258,11 +258,15 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<D>>{}));
   Tensor coord_rc = sm90::as_rowcol(tOcO);
   const int row_block = bc.m_block * (kBlockM / sm90::kStagedRows) + warpgroup;
-  if (Config::kOutput == sm90::OutputPath::kOwnTiles && staged) {
-    sm90::store_output_staged<T, D>(params.tma_o, ss.o_staging.o + warpgroup * sm90::kStagedRows * D,
-                                    o_rc, inv, p, bc.batch, bc.head, row_block, warpgroup, wg_thread,
-                                    q_row_offset);
-    sm90::store_lse(p, coord_rc, lse, bc.batch, bc.head, q0);
+  if constexpr (Config::kOutput == sm90::OutputPath::kOwnTiles) {
+    if (staged) {
+      sm90::store_output_staged<T, D>(params.tma_o, ss.o_staging.o + warpgroup * sm90::kStagedRows * D,
+                                      o_rc, inv, p, bc.batch, bc.head, row_block, warpgroup, wg_thread,
+                                      q_row_offset);
+      sm90::store_lse(p, coord_rc, lse, bc.batch, bc.head, q0);
+    } else {  // past its sequence's end
+      sm90::store_output<T>(p, o_rc, inv, coord_rc, lse, bc.batch, bc.head, q0);
+    }
   } else if (ring_staged && !range.empty()) {
     if (warpgroup == 0) {
       NamedBarrier::sync(256, kKDone);
