@@ -34,6 +34,10 @@
 //     [range.begin, range.end) of their windows, producer and consumers alike) and the Score
 //     (PlainScore; SoftcapScore: tanh before the softmax). Each combination is its own kernel
 //     (launch_forward picks it on the host); attention sinks enter in the softmax's finalize.
+//  9. Variable-length batches (kVarlen, issue 22): each tile runs on its sequence's view
+//     (kernels/common/varlen.cuh) with TMA row offsets into the packed tensors, in the order a
+//     planning kernel writes (sm90/common/varlen_scheduler.cuh); a tile past its sequence's end
+//     stores O directly, since the TMA store would write into the next sequence.
 //
 // Variant::kNoPingPong / kNoIntraWarpgroupOverlap switch 1 or 2 off, for the ablation. At d = 64
 // ping-pong is off in every variant (k6_launch.h: ping_pong), and so is the intra-warpgroup
