@@ -63,11 +63,14 @@ at::Device cuda_device_of(const at::Tensor& q) {
   return q.device();
 }
 
-// What ForwardArgs and BackwardArgs share: q, k, v, out, the mask, the scale and the kernel.
+// What ForwardArgs and BackwardArgs share: q, k, v, out, the mask, the scale, the kernel and the
+// score variants (sliding window, softcap, sinks).
 template <class Args>
-void set_common_args(Args* args, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& out, bool causal, std::optional<double> softmax_scale,
-                     const std::string& kernel, const at::Device& device) {
+void set_attention_args(Args* args, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const at::Tensor& out, bool causal, std::optional<double> softmax_scale,
+                        const std::string& kernel, int64_t window_left, int64_t window_right,
+                        double softcap, const std::optional<at::Tensor>& sinks,
+                        const at::Device& device) {
   args->q = to_view(q, "q", device);
   args->k = to_view(k, "k", device);
   args->v = to_view(v, "v", device);
@@ -75,12 +78,6 @@ void set_common_args(Args* args, const at::Tensor& q, const at::Tensor& k, const
   args->causal = causal;
   if (softmax_scale) args->softmax_scale = static_cast<float>(*softmax_scale);
   args->kernel = kernel;
-}
-
-// The score variants (sliding window, softcap, sinks), also shared.
-template <class Args>
-void set_variant_args(Args* args, int64_t window_left, int64_t window_right, double softcap,
-                      const std::optional<at::Tensor>& sinks, const at::Device& device) {
   for (int64_t w : {window_left, window_right})
     if (w < INT32_MIN || w > INT32_MAX)
       throw std::invalid_argument("window_size: " + std::to_string(w) + " does not fit int32");
@@ -102,8 +99,8 @@ void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
   hfa::ForwardArgs args;
-  set_common_args(&args, q, k, v, out, causal, softmax_scale, kernel, device);
-  set_variant_args(&args, window_left, window_right, softcap, sinks, device);
+  set_attention_args(&args, q, k, v, out, causal, softmax_scale, kernel, window_left, window_right,
+                     softcap, sinks, device);
   if (lse) args.lse = to_view(*lse, "lse", device);
   if (q_descale) args.q_descale = to_view(*q_descale, "q_descale", device);
   if (k_descale) args.k_descale = to_view(*k_descale, "k_descale", device);
@@ -125,8 +122,8 @@ void forward_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
   hfa::ForwardArgs args;
-  set_common_args(&args, q, k, v, out, causal, softmax_scale, kernel, device);
-  set_variant_args(&args, window_left, window_right, softcap, sinks, device);
+  set_attention_args(&args, q, k, v, out, causal, softmax_scale, kernel, window_left, window_right,
+                     softcap, sinks, device);
   if (lse) args.lse = to_view(*lse, "lse", device);
   args.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q", device);
   args.cu_seqlens_k = to_view(cu_seqlens_k, "cu_seqlens_k", device);
@@ -173,8 +170,8 @@ void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, con
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
   hfa::BackwardArgs args;
-  set_common_args(&args, q, k, v, out, causal, softmax_scale, kernel, device);
-  set_variant_args(&args, window_left, window_right, softcap, sinks, device);
+  set_attention_args(&args, q, k, v, out, causal, softmax_scale, kernel, window_left, window_right,
+                     softcap, sinks, device);
   if (dsinks) args.dsinks = to_view(*dsinks, "dsinks", device);
   args.dout = to_view(dout, "dout", device);
   args.lse = to_view(lse, "lse", device);
@@ -259,7 +256,8 @@ std::string select_kernel(const at::Tensor& q, const at::Tensor& k, const at::Te
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
   hfa::ForwardArgs args;
-  set_common_args(&args, q, k, v, out, causal, std::nullopt, "auto", device);
+  set_attention_args(&args, q, k, v, out, causal, std::nullopt, "auto", -1, -1, 0.0, std::nullopt,
+                     device);
   std::string name;
   throw_if_error(hfa::select_kernel(args, &name));
   return name;
