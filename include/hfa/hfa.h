@@ -327,6 +327,11 @@ struct BackwardArgs {
   // Must be what the forward used (ForwardArgs::window_left, window_right, softcap, sinks,
   // and the variable-length batch's cu_seqlens_q ... seqused_k; then out, dout, dq are
   // (total_q, heads_q, head_dim), dk and dv (total_k, heads_kv, head_dim), lse (heads_q, total_q)).
+  // With a variable-length batch, dk and dv are zero in a sequence's rows past seqused_k, and
+  // dq, dk, dv in the rows past the last sequence (past cu_seqlens_q[batch] / cu_seqlens_k[batch],
+  // batch >= 1): no score reaches them. As
+  // for the forward, rows of q, k, v and dout past a sequence's end may be read (with weight 0)
+  // by its last tiles: they must hold finite values.
   int window_left = -1, window_right = -1;
   float softcap = 0.f;
   TensorView sinks;
@@ -338,6 +343,7 @@ struct BackwardArgs {
   TensorView dsinks;
   // A name from list_backward_kernels(), or "auto": bwd_sm90 on Hopper (head_dim 64 and 128;
   // deterministic: 128 only), fa2 at head_dim 256, deterministic at 64, and on other GPUs.
+  // Variable-length batches: bwd_sm90 only (so Hopper, head_dim 64 and 128).
   std::string kernel = "auto";
   // dq, dk and dv bit-identical from run to run, whatever the number of SMs free for the launch.
   // dk and dv are always so (summed on chip in a fixed order); dq is summed over the KV blocks in

@@ -117,8 +117,7 @@ def test_unsupported_arguments_are_refused_by_name(name, kwargs):
 def test_varlen_and_kvcache_refusals():
     q, k, v = _qkv()
     cu = torch.tensor([0, 64], dtype=torch.int32, device="cuda")
-    for name, kwargs in [("seqused_q", dict(seqused_q=cu[1:])), ("num_splits", dict(num_splits=2)),
-                         ("deterministic", dict(deterministic=True))]:
+    for name, kwargs in [("seqused_q", dict(seqused_q=cu[1:])), ("num_splits", dict(num_splits=2))]:
         with pytest.raises(NotImplementedError, match=f"flash_attn_varlen_func: {name}="):
             flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 64, 64, **kwargs)
     kc = torch.randn(1, 128, 2, 64, device="cuda", dtype=torch.bfloat16)

@@ -1,13 +1,17 @@
 """hfa.attention_varlen and flash_attn_varlen_func (packed variable-length batches, issue 22):
 every sequence's rows against SDPA's math backend on that sequence alone, by the tolerance rule
 of test_attention.py; the same rows as hfa.attention on the padded sequence; causal, GQA,
-windows, softcap, sinks, seqused_k; errors by name; torch.compile; the backward refused."""
+windows, softcap, sinks, seqused_k; errors by name; torch.compile. Gradients (dq, dk, dv, the
+sinks') against a float64 reference built sequence by sequence from the definitions
+(test_variants.variant_attention), zero in rows no score reaches; deterministic mode; the
+head dims without a backward refused by name."""
 import pytest
 import torch
 
 import hfa
 from hfa import flash_attn_varlen_func
 from test_attention import ATOL, sdpa_math, straightforward
+from test_variants import variant_attention
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 
@@ -86,9 +90,104 @@ def test_errors_name_the_argument():
         hfa.attention_varlen(q, k, v, cu, cu, 64, 64, kernel="k5")
 
 
-def test_backward_is_refused_until_it_exists():
+def _packed_reference(q, k, v, cu_q, cu_k, scale, used=None, sinks=None, lowp=False, **kw):
+    """The packed output from variant_attention run on each sequence alone (float64 unless lowp;
+    the caller upcasts), rows past the last sequence 0 (constant: no gradient)."""
+    rows = []
+    for b, rq, rk in _sequences(cu_q, cu_k, used):
+        out, _ = variant_attention(q[rq].unsqueeze(0), k[rk].unsqueeze(0), v[rk].unsqueeze(0), scale,
+                                   sinks=sinks, lowp=lowp, **kw)
+        rows.append(out[0])
+    tail = q.shape[0] - cu_q[-1].item()
+    rows.append(q.new_zeros((tail,) + tuple(q.shape[1:])))
+    return torch.cat(rows)
+
+
+GRAD_CASES = [
+    dict(causal=False, window=(-1, -1), softcap=0.0, sinks=False, used=None),
+    dict(causal=True, window=(-1, -1), softcap=0.0, sinks=False, used=None),
+    dict(causal=True, window=(40, -1), softcap=3.0, sinks=True, used=[250, 1, 90, 0]),
+]
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+def test_gradients_match_reference(case, d, dt):
+    lens_q, lens_k = [100, 256, 31, 7], [300, 256, 90, 40]
+    q, k, v, cu_q, cu_k = _packed(lens_q, lens_k, 6, 2, d, dt, seed=11 + d)
+    # Rows past the last sequence (3 queries, 5 keys): in no sequence, gradient 0.
+    q, k, v = (torch.cat([t, torch.randn_like(t[:n])]) for t, n in ((q, 3), (k, 5), (v, 5)))
+    sinks = torch.rand(6, device="cuda") * 5 - 1 if case["sinks"] else None
+    used = case["used"]
+    seqused = torch.tensor(used, dtype=torch.int32, device="cuda") if used else None
+    tensors = [t.requires_grad_() for t in [q, k, v] + ([sinks] if sinks is not None else [])]
+    dout = torch.randn_like(q)
+    kw = dict(window=case["window"], causal=case["causal"], softcap=case["softcap"])
+    scale = d ** -0.5
+    out = hfa.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), seqused_k=seqused,
+                               causal=case["causal"], window_size=case["window"],
+                               softcap=case["softcap"], sinks=sinks)
+    got = torch.autograd.grad(out, tensors, dout)
+
+    dbl = [t.detach().double().requires_grad_() for t in tensors]
+    ref = _packed_reference(*dbl[:3], cu_q, cu_k, scale, used, dbl[3] if sinks is not None else None, **kw)
+    want = torch.autograd.grad(ref, dbl, dout.double())
+    low = [t.detach().clone().requires_grad_() for t in tensors]
+    base = _packed_reference(*low[:3], cu_q, cu_k, scale, used, low[3] if sinks is not None else None,
+                             lowp=True, **kw)
+    base_grads = torch.autograd.grad(base, low, dout)
+
+    n = cu_q[-1].item()
+    err = (out[:n].double() - ref[:n]).abs().max().item()
+    base_err = (base[:n].double() - ref[:n]).abs().max().item()
+    assert err <= 2 * base_err + ATOL[dt], f"out: err {err:.3e} > 2 * {base_err:.3e} + atol"
+    for name, g, r, bs in zip(["dq", "dk", "dv", "dsinks"], got, want, base_grads):
+        assert not g.isnan().any(), name
+        err, base_err = (g.double() - r).abs().max().item(), (bs.double() - r).abs().max().item()
+        atol = ATOL[dt] + (1e-6 * q.shape[0] if name == "dsinks" else 0)
+        assert err <= 2 * base_err + atol, f"{name}: err {err:.3e} > 2 * {base_err:.3e} + atol"
+    # Rows no score reaches are exactly 0: keys past seqused_k, rows past the last sequence.
+    assert torch.all(got[0][n:] == 0) and torch.all(got[1][cu_k[-1]:] == 0)
+    if used:
+        for b, (u, k0, k1) in enumerate(zip(used, cu_k[:-1].tolist(), cu_k[1:].tolist())):
+            assert torch.all(got[1][k0 + u:k1] == 0) and torch.all(got[2][k0 + u:k1] == 0), b
+
+
+def test_deterministic_backward_and_compile():
+    lens = [700, 33, 1300]
+    q, k, v, cu, _ = _packed(lens, lens, 8, 2, 128, torch.bfloat16, seed=5)
+    dout = torch.randn_like(q)
+
+    def grads(fn):
+        x = [t.detach().requires_grad_() for t in (q, k, v)]
+        return torch.autograd.grad(fn(*x), x, dout)
+
+    call = lambda q, k, v, **kw: flash_attn_varlen_func(q, k, v, cu, cu, 1300, 1300, causal=True, **kw)
+    runs = [grads(lambda *x: call(*x, deterministic=True)) for _ in range(3)]
+    for a, b in zip(runs[0], runs[1]):
+        assert torch.equal(a, b)
+    for a, b in zip(runs[0], runs[2]):
+        assert torch.equal(a, b)
+    fast = grads(call)
+    for a, b in zip(runs[0], fast):
+        torch.testing.assert_close(a, b, atol=2e-2, rtol=0)  # dq's fp32 atomics may reorder
+    compiled = torch.compile(lambda q, k, v: call(q, k, v, deterministic=True), fullgraph=True)
+    for a, b in zip(runs[0], grads(compiled)):
+        assert torch.equal(a, b)
+
+
+def test_opcheck_autograd():
     q, k, v, cu, _ = _packed([64, 30], [64, 30], 2, 2, 64, torch.bfloat16, seed=4)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    torch.library.opcheck(torch.ops.hfa.attention_varlen_fwd.default,
+                          (q, k, v, cu, cu, 64, 64, None, True, None, "auto"),
+                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+
+
+def test_backward_at_a_head_dim_without_a_kernel_is_refused_by_name():
+    q, k, v, cu, _ = _packed([64, 30], [64, 30], 2, 2, 256, torch.bfloat16, seed=4)
     q.requires_grad_()
     out = hfa.attention_varlen(q, k, v, cu, cu, 64, 64)
-    with pytest.raises(NotImplementedError, match="backward of variable-length batches"):
+    with pytest.raises(ValueError, match="(?s)head_dim.*cu_seqlens_q"):
         out.sum().backward()

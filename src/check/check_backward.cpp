@@ -90,9 +90,6 @@ Status run_check_backward(DeviceBuffers& buf, uint64_t seed, int max_groups,
   if (!c.backward)
     return fail(make_error(StatusCode::kInvalidArgument, "run_check_backward: buffers allocated "
                                                          "without Config::backward"));
-  if (c.varlen())  // no backward kernel takes them yet (issue 22): its reference is not written
-    return fail(make_error(StatusCode::kUnsupported, "run_check_backward: variable-length batches "
-                                                     "are not checked (no backward takes them yet)"));
   Status st = buf.fill_random(seed);
   if (st.ok()) st = buf.poison_outputs();
   if (!st.ok()) return fail(st);
@@ -109,6 +106,9 @@ Status run_check_backward(DeviceBuffers& buf, uint64_t seed, int max_groups,
   for (auto [t, h] : {std::pair{&buf.q, &hq}, {&buf.k, &hk}, {&buf.v, &hv}, {&buf.dout, &hdo},
                       {&buf.dq, &hdq}, {&buf.dk, &hdk}, {&buf.dv, &hdv}})
     if (!(st = copy_to_host(*t, h)).ok()) return fail(st);
+  // A variable-length batch's buffers are one batch entry of packed rows (DeviceBuffers).
+  const std::vector<int> cu_q = c.varlen() ? c.cu_seqlens(false) : std::vector<int>{};
+  const std::vector<int> cu_k = c.varlen() ? c.cu_seqlens(true) : std::vector<int>{};
   scan_written(buf.dq, hdq, c.dtype, &result->dq);
   scan_written(buf.dk, hdk, c.dtype, &result->dk);
   scan_written(buf.dv, hdv, c.dtype, &result->dv);
@@ -121,14 +121,34 @@ Status run_check_backward(DeviceBuffers& buf, uint64_t seed, int max_groups,
   const std::vector<double> dq = to_contiguous(buf.dq.view, hdq), dk = to_contiguous(buf.dk.view, hdk),
                             dv = to_contiguous(buf.dv.view, hdv);
 
-  std::vector<int> groups(c.batch * c.heads_kv);  // b * heads_kv + hk
+  // A group (b, KV head) as a problem of the reference: the configuration's, or with a
+  // variable-length batch sequence b's (batch 1, its lengths), whose rows start at element q_at
+  // of q, dout, dq and k_at of k, v, dk, dv; key_rows: the rows of dk / dv it spans (zero past
+  // seqlen_k: seqused_k).
+  const int n_entries = c.varlen() ? static_cast<int>(c.varlen_q.size()) : c.batch;
+  struct Group {
+    reference::Shape shape;
+    int b;
+    int64_t q_at, k_at;
+    int key_rows;
+  };
+  auto locate = [&](int b, const reference::Shape& whole) {
+    if (!c.varlen()) return Group{whole, b, 0, 0, c.seqlen_k};
+    Group g{whole, 0, static_cast<int64_t>(cu_q[b]) * c.heads_q * c.head_dim,
+            static_cast<int64_t>(cu_k[b]) * c.heads_kv * c.head_dim, c.varlen_k[b]};
+    g.shape.batch = 1;
+    g.shape.seqlen_q = c.varlen_q[b];
+    g.shape.seqlen_k = c.used_keys(b);
+    return g;
+  };
+  std::vector<int> groups(n_entries * c.heads_kv);  // b * heads_kv + hk
   std::iota(groups.begin(), groups.end(), 0);
   if (max_groups > 0 && static_cast<int>(groups.size()) > max_groups) {
     std::mt19937_64 rng(seed);
     std::shuffle(groups.begin(), groups.end(), rng);
     groups.resize(max_groups);
   }
-  result->groups_total = c.batch * c.heads_kv;
+  result->groups_total = n_entries * c.heads_kv;
   result->groups_checked = static_cast<int>(groups.size());
 
   const auto prec = c.dtype == DType::kFP16 ? reference::Precision::kFP16 : reference::Precision::kBF16;
@@ -136,24 +156,47 @@ Status run_check_backward(DeviceBuffers& buf, uint64_t seed, int max_groups,
   std::vector<double> ref_q(q.size()), ref_k(k.size()), ref_v(v.size());
   std::vector<double> base_q(q.size()), base_k(k.size()), base_v(v.size());
   ErrorSums eq, ek, ev;
+  // Elements that must be exactly 0 and are not: dk / dv rows past seqused_k, and a
+  // variable-length batch's rows past its last sequence (Config::varlen_tail).
+  int64_t zeros_not_zero = 0;
+  if (c.varlen()) {
+    for (int i = cu_q.back(); i < buf.dq.view.shape[1]; ++i)
+      for (int h = 0; h < c.heads_q; ++h)
+        for (int e = 0; e < c.head_dim; ++e) zeros_not_zero += dq[(static_cast<int64_t>(i) * c.heads_q + h) * c.head_dim + e] != 0.0;
+    for (int j = cu_k.back(); j < buf.dk.view.shape[1]; ++j)
+      for (int h = 0; h < c.heads_kv; ++h)
+        for (int e = 0; e < c.head_dim; ++e) {
+          const int64_t idx = (static_cast<int64_t>(j) * c.heads_kv + h) * c.head_dim + e;
+          zeros_not_zero += (dk[idx] != 0.0) + (dv[idx] != 0.0);
+        }
+  }
   const int group_size = c.heads_q / c.heads_kv, d = c.head_dim;
   for (int gidx : groups) {
-    const int b = gidx / c.heads_kv, hkv = gidx % c.heads_kv;
-    reference::backward_group(shape, q.data(), k.data(), v.data(), dout.data(), b, hkv, nullptr,
-                              ref_q.data(), ref_k.data(), ref_v.data(), threads);
-    reference::backward_group(shape, q.data(), k.data(), v.data(), dout.data(), b, hkv, &prec,
-                              base_q.data(), base_k.data(), base_v.data(), threads);
+    const int hkv = gidx % c.heads_kv;
+    const Group grp = locate(gidx / c.heads_kv, shape);
+    const reference::Shape& s = grp.shape;
+    const int b = grp.b;
+    const int64_t qa = grp.q_at, ka = grp.k_at;
+    reference::backward_group(s, q.data() + qa, k.data() + ka, v.data() + ka, dout.data() + qa, b, hkv,
+                              nullptr, ref_q.data() + qa, ref_k.data() + ka, ref_v.data() + ka, threads);
+    reference::backward_group(s, q.data() + qa, k.data() + ka, v.data() + ka, dout.data() + qa, b, hkv,
+                              &prec, base_q.data() + qa, base_k.data() + ka, base_v.data() + ka, threads);
     for (int g = 0; g < group_size; ++g)
-      for (int i = 0; i < c.seqlen_q; ++i)
+      for (int i = 0; i < s.seqlen_q; ++i)
         for (int e = 0; e < d; ++e) {
-          const int64_t idx = shape.q_index(b, i, hkv * group_size + g) + e;
+          const int64_t idx = qa + s.q_index(b, i, hkv * group_size + g) + e;
           eq.add(dq[idx], ref_q[idx], base_q[idx]);
         }
-    for (int j = 0; j < c.seqlen_k; ++j)
+    for (int j = 0; j < s.seqlen_k; ++j)
       for (int e = 0; e < d; ++e) {
-        const int64_t idx = shape.kv_index(b, j, hkv) + e;
+        const int64_t idx = ka + s.kv_index(b, j, hkv) + e;
         ek.add(dk[idx], ref_k[idx], base_k[idx]);
         ev.add(dv[idx], ref_v[idx], base_v[idx]);
+      }
+    for (int j = s.seqlen_k; j < grp.key_rows; ++j)
+      for (int e = 0; e < d; ++e) {
+        const int64_t idx = ka + s.kv_index(b, j, hkv) + e;
+        zeros_not_zero += (dk[idx] != 0.0) + (dv[idx] != 0.0);
       }
   }
   eq.finish(c.dtype, &result->dq);
@@ -168,10 +211,19 @@ Status run_check_backward(DeviceBuffers& buf, uint64_t seed, int max_groups,
     for (int h = 0; h < c.heads_q; ++h)
       if (std::isnan(got[h])) ++result->dsinks.unwritten;
     if (result->groups_checked == result->groups_total) {
+      // Summed over the batch entries, or a variable-length batch's sequences one by one.
       std::vector<double> ref(c.heads_q), base(c.heads_q), magnitude(c.heads_q);
-      reference::sink_gradient(shape, q.data(), k.data(), v.data(), dout.data(), nullptr, ref.data(),
-                               threads, magnitude.data());
-      reference::sink_gradient(shape, q.data(), k.data(), v.data(), dout.data(), &prec, base.data(), threads);
+      std::vector<double> ref_b(c.heads_q), base_b(c.heads_q), magnitude_b(c.heads_q);
+      for (int b = 0; b < (c.varlen() ? n_entries : 1); ++b) {
+        const Group grp = locate(b, shape);
+        const int64_t qa = grp.q_at, ka = grp.k_at;
+        reference::sink_gradient(grp.shape, q.data() + qa, k.data() + ka, v.data() + ka, dout.data() + qa,
+                                 nullptr, ref_b.data(), threads, magnitude_b.data());
+        reference::sink_gradient(grp.shape, q.data() + qa, k.data() + ka, v.data() + ka, dout.data() + qa,
+                                 &prec, base_b.data(), threads);
+        for (int h = 0; h < c.heads_q; ++h)
+          ref[h] += ref_b[h], base[h] += base_b[h], magnitude[h] += magnitude_b[h];
+      }
       for (int h = 0; h < c.heads_q; ++h) es.add(got[h], ref[h], base[h]);
       es.finish(c.dtype, &result->dsinks);
       // Each dsinks value is one sum: the baseline's error can be small by luck (a few rows, its
@@ -191,6 +243,9 @@ Status run_check_backward(DeviceBuffers& buf, uint64_t seed, int max_groups,
       why += std::string(name) + ": " + std::to_string(e->padding_clobbered) + " elements written outside it; ";
     if (!(e->max_abs_err <= e->tolerance)) why += std::string(name) + " error over tolerance; ";
   }
+  if (zeros_not_zero)
+    why += std::to_string(zeros_not_zero) + " gradient elements of rows past seqused_k or past the "
+           "last sequence not zero; ";
   result->pass = why.empty();
   result->message = result->pass ? result->summary() : why + result->summary();
   return Status::Ok();

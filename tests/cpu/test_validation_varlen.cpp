@@ -146,7 +146,9 @@ TEST(VarlenValidation, KernelsWithoutVarlenRefuseIt) {
   for (const KernelInfo& info : list_kernels()) EXPECT_EQ(info.varlen, info.name == "k6") << info.name;
 }
 
-TEST(VarlenValidation, BackwardTakesThePackedGradientsAndNoKernelRunsThemYet) {
+// Packed gradients, their rules, and the kernels: bwd_sm90 runs them (head_dim 64 and 128),
+// fa2 refuses them by name.
+TEST(VarlenValidation, BackwardTakesThePackedGradients) {
   BackwardArgs b;
   const ForwardArgs f = varlen_args();
   b.q = f.q; b.k = f.k; b.v = f.v; b.out = f.out; b.lse = f.lse;
@@ -166,8 +168,21 @@ TEST(VarlenValidation, BackwardTakesThePackedGradientsAndNoKernelRunsThemYet) {
   EXPECT_EQ(p.dk_row_stride, kHkv * kD);
   EXPECT_EQ(p.dv_head_stride, kD);
   const BackwardKernelEntry* kernel = nullptr;
-  expect_error(select_backward_kernel_for("auto", p, hopper(), &kernel), StatusCode::kUnsupported,
-               {"cu_seqlens_q", "variable-length batches", "none in this build"});
+  if (find_backward_kernel("fa2"))
+    expect_error(select_backward_kernel_for("fa2", p, hopper(), &kernel), StatusCode::kUnsupported,
+                 {"cu_seqlens_q", "variable-length batches", "bwd_sm90"});
+  const bool sm90_shape = kD == 64 || kD == 128;
+  if (find_backward_kernel("bwd_sm90")) {
+    const Status st = select_backward_kernel_for("auto", p, hopper(), &kernel);
+    if (sm90_shape) {
+      ASSERT_TRUE(st.ok()) << st.message;
+      EXPECT_EQ(kernel->name, "bwd_sm90");
+    } else {  // d = 256: no backward takes them there
+      expect_error(st, StatusCode::kUnsupported, {"head_dim", "bwd_sm90", "cu_seqlens_q"});
+    }
+  }
+  for (const KernelInfo& info : list_backward_kernels())
+    EXPECT_EQ(info.varlen, info.name == "bwd_sm90") << info.name;
   BackwardArgs bad = b;
   bad.dk = make_tensor(g_dk, DType::kBF16, {1, kTotalK, kHkv, kD});
   expect_error(normalize_backward(bad, &p), StatusCode::kInvalidArgument, {"dk", "rank 3"});

@@ -1,14 +1,16 @@
 // Variable-length batches (issue 22: cu_seqlens_q, cu_seqlens_k, max_seqlen_q/k, seqused_k) in
-// every forward kernel that takes them, alone and with causal masks, windows, softcap and sinks,
-// against the fp64 reference by the DESIGN.md rule: check::run_check runs each sequence's rows
-// against the reference of that sequence alone, and checks that rows past the last sequence
-// (Config::varlen_tail) and the layouts' padding stay untouched.
+// every forward and backward kernel that takes them, alone and with causal masks, windows,
+// softcap and sinks, against the fp64 reference by the DESIGN.md rule: check::run_check (and
+// run_check_backward) compare each sequence's rows (and gradients) with the reference of that
+// sequence alone, and check that rows past the last sequence (Config::varlen_tail) and the
+// layouts' padding stay untouched; the backward's dk / dv rows past seqused_k must be zero.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "check/check.h"
+#include "check/sm_occupier.h"
 #include "gpu_test_util.h"
 
 namespace hfa::testing {
@@ -161,6 +163,157 @@ TEST(ForwardVarlenDeviceValues, OutOfRangeValuesStayInsideTheTensors) {
   EXPECT_EQ(r.padding_clobbered, 0) << r.message;
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   cudaFree(bad);
+}
+
+// ---- Backward ---------------------------------------------------------------------------------
+
+struct BackwardVarlenParam {
+  std::string kernel;
+  int head_dim;
+  DType dtype;
+  Mode mode;
+  bool deterministic;
+};
+
+std::string backward_varlen_name(const ::testing::TestParamInfo<BackwardVarlenParam>& info) {
+  const BackwardVarlenParam& p = info.param;
+  return p.kernel + "_d" + std::to_string(p.head_dim) + "_" + to_string(p.dtype) + "_" + p.mode.name +
+         (p.deterministic ? "_deterministic" : "");
+}
+
+// Every backward kernel that takes variable-length batches, at every compiled head dim (one it
+// has no shape for skips, saying so), both dtypes and every mode, and deterministic mode (bf16).
+std::vector<BackwardVarlenParam> backward_varlen_params() {
+  std::vector<BackwardVarlenParam> out;
+  for (const KernelInfo& k : list_backward_kernels()) {
+    if (!k.varlen) continue;
+    for (int d : compiled_head_dims())
+      for (const Mode& m : kModes) {
+        for (DType dt : {DType::kBF16, DType::kFP16}) out.push_back({k.name, d, dt, m, false});
+        out.push_back({k.name, d, DType::kBF16, m, true});
+      }
+  }
+  return out;
+}
+
+check::Config backward_varlen_config(const BackwardVarlenParam& p, const PackedCase& pc, int n) {
+  check::Config c = varlen_config({p.kernel, p.head_dim, p.dtype, p.mode}, pc, n);
+  c.backward = true;
+  c.deterministic = p.deterministic;
+  return c;
+}
+
+// Runs and checks one configuration; kUnsupported skips (loudly), any other error fails.
+void expect_backward_varlen_pass(const check::Config& c, uint64_t seed, int max_groups = 0) {
+  check::DeviceBuffers buf;
+  ASSERT_TRUE(buf.allocate(c).ok());
+  check::BackwardCheckResult r;
+  const Status st = check::run_check_backward(buf, seed, max_groups, &r);
+  if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << c.describe() << ": " << st.message;
+  ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
+  EXPECT_TRUE(r.pass) << c.describe() << " seed " << seed << ": " << r.message;
+}
+
+class BackwardVarlen : public ::testing::TestWithParam<BackwardVarlenParam> {};
+
+TEST_P(BackwardVarlen, MatchesReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  const BackwardVarlenParam& p = GetParam();
+  uint64_t seed = test_seed(backward_varlen_name({p, 0}));
+  int n = 0;
+  for (const PackedCase& pc : kCases) {
+    expect_backward_varlen_pass(backward_varlen_config(p, pc, n++), ++seed);
+    if (IsSkipped() || HasFatalFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(VarlenBackwardKernels, BackwardVarlen,
+                         ::testing::ValuesIn(backward_varlen_params()), backward_varlen_name);
+
+// Long sequences (many KV and Q blocks per CTA, GQA 4:1), causal and not: two random groups.
+TEST(BackwardVarlenLong, MatchesReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  for (bool causal : {false, true}) {
+    BackwardVarlenParam p{"auto", compiled_head_dims()[0], DType::kBF16, kModes[causal ? 1 : 0], false};
+    PackedCase pc{"long", {1500, 700, 2100}, {1500, 900, 2100}, {}, 2, 8, 2};
+    expect_backward_varlen_pass(backward_varlen_config(p, pc, 0), test_seed("BackwardVarlenLong") + causal,
+                                /*max_groups=*/2);
+    if (IsSkipped() || HasFatalFailure()) return;
+  }
+}
+
+// The checker has teeth for the backward too: gradients that ignore the key boundaries or
+// seqused_k fail.
+TEST(BackwardVarlenChecker, CatchesIgnoredBoundaries) {
+  HFA_SKIP_WITHOUT_GPU();
+  BackwardVarlenParam p{"auto", compiled_head_dims()[0], DType::kBF16, kModes[0], false};
+  const std::pair<const char*, void (*)(BackwardArgs&)> ignore[] = {
+      {"cu_seqlens_k", [](BackwardArgs& a) { a.cu_seqlens_k = a.cu_seqlens_q; }},
+      {"seqused_k", [](BackwardArgs& a) { a.seqused_k = TensorView{}; }}};
+  for (const auto& [name, tamper] : ignore) {
+    check::DeviceBuffers buf;
+    ASSERT_TRUE(buf.allocate(backward_varlen_config(p, kCases[3], 0)).ok());
+    check::BackwardCheckResult r;
+    const Status st = check::run_check_backward(buf, 92, 0, &r, tamper);
+    if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << st.message;
+    ASSERT_TRUE(st.ok()) << st.message;
+    EXPECT_FALSE(r.pass) << name << " ignored and still passed: " << r.message;
+  }
+}
+
+// Out-of-range device values (as for the forward): the backward writes nothing outside the
+// gradients' elements and raises no CUDA error.
+TEST(BackwardVarlenDeviceValues, OutOfRangeValuesStayInsideTheTensors) {
+  HFA_SKIP_WITHOUT_GPU();
+  BackwardVarlenParam p{"auto", compiled_head_dims()[0], DType::kBF16, kModes[1], false};
+  PackedCase pc{"bad", {40, 40, 40}, {40, 40, 40}, {40, 40, 40}, 0, 2, 2};
+  check::DeviceBuffers buf;
+  ASSERT_TRUE(buf.allocate(backward_varlen_config(p, pc, 1)).ok());  // padded layout
+  int* bad = nullptr;
+  ASSERT_EQ(cudaMalloc(&bad, 3 * 4 * sizeof(int)), cudaSuccess);
+  const int values[12] = {-5, 30, 1 << 30, 2000000000, 0, 1 << 29, -7, 90, -3, 1000000, 0, 0};
+  ASSERT_EQ(cudaMemcpy(bad, values, sizeof(values), cudaMemcpyHostToDevice), cudaSuccess);
+  check::BackwardCheckResult r;
+  const Status st = check::run_check_backward(buf, 6, 0, &r, [&](BackwardArgs& a) {
+    a.cu_seqlens_q.data = bad;
+    a.cu_seqlens_k.data = bad + 4;
+    a.seqused_k.data = bad + 8;
+  });
+  cudaFree(bad);
+  if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << st.message;
+  ASSERT_TRUE(st.ok()) << st.message;
+  for (const check::GradientError* e : {&r.dq, &r.dk, &r.dv}) EXPECT_EQ(e->padding_clobbered, 0) << r.message;
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// Deterministic mode with a variable-length batch: bit-identical across runs, one of them on 4
+// SMs (the KV blocks then finish in another order).
+TEST(BackwardVarlenDeterministic, BitIdenticalOnFewerSms) {
+  HFA_SKIP_WITHOUT_GPU();
+  BackwardVarlenParam p{"auto", compiled_head_dims()[0], DType::kBF16, kModes[1], true};
+  PackedCase pc{"det", {700, 33, 1300}, {1300, 500, 1300}, {}, 3, 16, 4};
+  check::DeviceBuffers buf;
+  ASSERT_TRUE(buf.allocate(backward_varlen_config(p, pc, 0)).ok());
+  ASSERT_TRUE(buf.fill_random(33).ok());
+  ForwardArgs fwd = buf.forward_args();
+  ASSERT_TRUE(forward(fwd).ok());
+  BackwardArgs bwd = buf.backward_args();
+  bwd.deterministic = true;
+  std::vector<std::vector<unsigned char>> outs;
+  for (int run = 0; run < 3; ++run) {
+    for (const auto* t : {&buf.dq, &buf.dk, &buf.dv})
+      ASSERT_EQ(cudaMemset(t->data, 0xFF, t->alloc_elems * size_of(t->view.dtype)), cudaSuccess);
+    check::SmOccupier occupier;
+    if (run == 1) ASSERT_TRUE(occupier.occupy(/*free_sms=*/4).ok());
+    const Status st = backward(bwd);
+    if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << st.message;
+    ASSERT_TRUE(st.ok()) << st.message;
+    ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+    ASSERT_TRUE(occupier.release().ok());
+    outs.push_back(download_bytes({&buf.dq, &buf.dk, &buf.dv}));
+  }
+  EXPECT_TRUE(outs[0] == outs[1]) << "the run on 4 SMs differs";
+  EXPECT_TRUE(outs[0] == outs[2]) << "two full-GPU runs differ";
 }
 
 }  // namespace

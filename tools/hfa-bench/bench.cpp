@@ -62,7 +62,7 @@ Row run_config(const check::Config& config, const Options& options, uint64_t see
   row.impl = config.kernel + (options.backward && config.deterministic ? "_deterministic" : "");
   row.config = config;
   row.config.backward = options.backward;
-  row.kind = options.backward ? "bwd" : config.varlen() ? "fwd_varlen" : "fwd";
+  row.kind = std::string(options.backward ? "bwd" : "fwd") + (config.varlen() ? "_varlen" : "");
   check::DeviceBuffers buffers;
   Status st = buffers.allocate(row.config);
   if (st.ok() && options.backward) {

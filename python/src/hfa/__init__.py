@@ -183,7 +183,8 @@ def _attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           seqused_k: Optional[torch.Tensor], causal: bool,
                           softmax_scale: Optional[float], kernel: str,
                           window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                          sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                          sinks: Optional[torch.Tensor] = None, deterministic: bool = False,
+                          backward_kernel: str = "auto") -> Tuple[torch.Tensor, torch.Tensor]:
     if q.dim() != 3:
         raise ValueError(f"q: expected rank 3 (total_q, heads_q, head_dim), got rank {q.dim()}")
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -196,20 +197,68 @@ def _attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 @_attention_varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, causal,
-      softmax_scale, kernel, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
+      softmax_scale, kernel, window_left=-1, window_right=-1, softcap=0.0, sinks=None,
+      deterministic=False, backward_kernel="auto"):
     if q.dim() != 3:
         raise ValueError(f"q: expected rank 3 (total_q, heads_q, head_dim), got rank {q.dim()}")
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
+@torch.library.custom_op("hfa::attention_varlen_bwd", mutates_args=())
+def _attention_varlen_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                          dout: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                          cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                          seqused_k: Optional[torch.Tensor], causal: bool,
+                          softmax_scale: Optional[float], deterministic: bool,
+                          backward_kernel: str, window_left: int, window_right: int,
+                          softcap: float, sinks: Optional[torch.Tensor]
+                          ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dsinks = torch.empty_like(sinks, dtype=torch.float32) if sinks is not None else q.new_empty(0, dtype=torch.float32)
+    _C.backward_varlen(q, k, v, out, dout.contiguous(), lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+                       max_seqlen_q, max_seqlen_k, seqused_k, causal, softmax_scale, backward_kernel,
+                       deterministic, window_left, window_right, softcap, sinks,
+                       dsinks if sinks is not None else None)
+    return dq, dk, dv, dsinks
+
+
+@_attention_varlen_bwd.register_fake
+def _(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+      causal, softmax_scale, deterministic, backward_kernel, window_left, window_right, softcap,
+      sinks):
+    dsinks = torch.empty_like(sinks, dtype=torch.float32) if sinks is not None else q.new_empty(0, dtype=torch.float32)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
+
+
+def _varlen_setup_context(ctx, inputs, output):
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, causal,
+     softmax_scale, _kernel) = inputs[:11]
+    defaults = (-1, -1, 0.0, None, False, "auto")  # window_left ... backward_kernel
+    (ctx.window_left, ctx.window_right, ctx.softcap, sinks, ctx.deterministic,
+     ctx.backward_kernel) = tuple(inputs[11:17]) + defaults[len(inputs[11:17]):]
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks)
+    ctx.max_seqlen_q, ctx.max_seqlen_k = max_seqlen_q, max_seqlen_k
+    ctx.causal, ctx.softmax_scale = causal, softmax_scale
+    ctx.has_sinks = sinks is not None
+    ctx.set_materialize_grads(False)  # an unused lse gets no gradient tensor at all
+
+
 def _varlen_backward(ctx, dout, dlse):
-    raise NotImplementedError("hfa.attention_varlen: the backward of variable-length batches is "
-                              "not implemented yet (no backward kernel takes cu_seqlens; issue "
-                              "22); run the forward under torch.no_grad(), or pad the batch and "
-                              "use hfa.attention")
+    if dlse is not None:
+        raise NotImplementedError("hfa.attention_varlen: gradients through the returned lse are "
+                                  "not supported; use lse only outside the differentiated graph")
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks = ctx.saved_tensors
+    if dout is None:
+        return (None,) * 17
+    dq, dk, dv, dsinks = torch.ops.hfa.attention_varlen_bwd(
+        q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k,
+        seqused_k, ctx.causal, ctx.softmax_scale, ctx.deterministic, ctx.backward_kernel,
+        ctx.window_left, ctx.window_right, ctx.softcap, sinks)
+    return (dq, dk, dv) + (None,) * 11 + (dsinks if ctx.has_sinks else None, None, None)
 
 
-_attention_varlen_fwd.register_autograd(_varlen_backward, setup_context=lambda ctx, inputs, output: None)
+_attention_varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_setup_context)
 
 
 def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -218,7 +267,8 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      causal: bool = False, softmax_scale: Optional[float] = None,
                      kernel: str = "auto", return_lse: bool = False,
                      window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
-                     sinks: Optional[torch.Tensor] = None):
+                     sinks: Optional[torch.Tensor] = None, deterministic: bool = False,
+                     backward_kernel: str = "auto"):
     """Attention over a packed batch of sequences of different lengths (no padding).
 
     q: (total_q, heads_q, head_dim), k, v: (total_k, heads_kv, head_dim), bf16/fp16, sequence b
@@ -229,7 +279,10 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     and sinks as in attention(), within each sequence (bottom-right aligned to its own lengths).
     Returns out (total_q, heads_q, head_dim), or (out, lse) with lse fp32 (heads_q, total_q).
 
-    Forward only for now: calling backward() through it raises NotImplementedError (issue 22).
+    Differentiable with respect to q, k, v (and sinks) on Hopper at head_dim 64 and 128 (the
+    backward kernel bwd_sm90; other head dims and GPUs raise an error naming the argument):
+    gradients are 0 in k's and v's rows past seqused_k and in rows past the last sequence.
+    deterministic and backward_kernel as in attention().
     """
     if len(window_size) != 2:
         raise ValueError(f"window_size: {window_size!r}; expected (left, right)")
@@ -237,7 +290,8 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                                   int(max_seqlen_q), int(max_seqlen_k), seqused_k,
                                                   causal, softmax_scale, kernel,
                                                   int(window_size[0]), int(window_size[1]),
-                                                  float(softcap), sinks)
+                                                  float(softcap), sinks, deterministic,
+                                                  backward_kernel)
     return (out, lse) if return_lse else out
 
 

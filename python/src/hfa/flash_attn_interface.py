@@ -93,16 +93,15 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """q: (total_q, heads_q, head_dim), k, v: (total_k, heads_kv, head_dim), bf16/fp16; sequence b
     is rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q (int32 (batch + 1,) CUDA tensors), likewise
     for k and v, of which it uses the first seqused_k[b] when given. Returns out, or (out,
-    softmax_lse) with return_attn_probs (softmax_lse: fp32 (heads_q, total_q)). Forward only for
-    now (hfa.attention_varlen): its backward raises NotImplementedError."""
+    softmax_lse) with return_attn_probs (softmax_lse: fp32 (heads_q, total_q)). Differentiable
+    on Hopper at head_dim 64 and 128 (hfa.attention_varlen)."""
     _forward_options("flash_attn_varlen_func", qv, attention_chunk, num_splits, pack_gqa, sm_margin)
     _unsupported("flash_attn_varlen_func", seqused_q=(seqused_q, None), q_descale=(q_descale, None),
-                 k_descale=(k_descale, None), v_descale=(v_descale, None),
-                 deterministic=(deterministic, False))
+                 k_descale=(k_descale, None), v_descale=(v_descale, None))
     return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                             seqused_k=seqused_k, causal=causal, softmax_scale=softmax_scale,
                             return_lse=return_attn_probs, window_size=tuple(window_size),
-                            softcap=softcap)
+                            softcap=softcap, deterministic=deterministic)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None,

@@ -1,6 +1,9 @@
 // bwd_sm90's registry entry: the Hopper backward (WGMMA, TMA, warp specialization), its support
 // rules, the (dtype, head_dim) dispatch, and the workspace it shares with fa2.
 #include "kernels/bwd_sm90/bwd_sm90_launch.h"
+
+#include <cstdint>
+
 #include "common/status_util.h"
 #include "kernels/common/backward_workspace.h"
 #include "kernels/common/dispatch.h"
@@ -34,7 +37,13 @@ Status check(const BwdProblem& bp, const DeviceInfo& device) {
                           ? ", which takes no sliding window, softcap or sinks: no backward kernel "
                             "takes them at this head_dim yet"
                           : "");
-  return check_backward_operands(kName, bp);
+  HFA_RETURN_IF_ERROR(check_backward_operands(kName, bp));
+  if (p.varlen() && varlen_workspace_rows(p.total_q, p.batch) > INT32_MAX)
+    return make_error(StatusCode::kUnsupported,
+                      "cu_seqlens_q: kernel \"%s\" pads each of the %d sequences' rows of its dQ "
+                      "workspace to %d, which makes more than 2^31 rows with q's %d", kName, p.batch,
+                      kRowStatsAlign, p.total_q);
+  return Status::Ok();
 }
 
 Status launch(const BwdProblem& problem, const DeviceInfo&, cudaStream_t stream) {
@@ -54,9 +63,9 @@ BackwardKernelEntry bwd_sm90_backward_entry() {
       "warpgroups with dK/dV in registers, S^T/dP^T with the keys as M so that dV += P^T dO and "
       "dK += dS^T Q take P^T and dS^T from registers, dQ = dS K added in fp32 by TMA reductions";
   e.supports = "bf16/fp16, head_dim 64 and 128 (d = 256: fa2), causal (block skipping), sliding "
-               "window, softcap, sinks, GQA/MQA, deterministic mode; 16-byte aligned pointers and "
-               "strides; sm90a (H100/H200)";
-  e.variants = {/*window=*/true, /*softcap=*/true, /*sinks=*/true};
+               "window, softcap, sinks, variable-length batches, GQA/MQA, deterministic mode; "
+               "16-byte aligned pointers and strides; sm90a (H100/H200)";
+  e.variants = {/*window=*/true, /*softcap=*/true, /*sinks=*/true, /*varlen=*/true};
   e.auto_priority = 20;
   // Deterministic at head_dim 64, fa2's mode measured 3-10% faster in all 12 configurations
   // (docs/results/2026-11-24-h100-peers-bwd-deterministic-bc930cc.json; bwd_sm90's is 1-15%

@@ -38,6 +38,7 @@
 #include "kernels/common/launch.cuh"
 #include "kernels/common/numeric.cuh"
 #include "kernels/common/turns.cuh"
+#include "kernels/common/varlen.cuh"
 #include "kernels/sm90/common/attention_config.cuh"
 #include "kernels/sm90/common/bulk_reduce.cuh"
 #include "kernels/sm90/common/element.cuh"
@@ -105,7 +106,7 @@ struct BwdConfig {
     BwdProblem problem;
     sm90::TileTma<E, kBlockM, D> tma_q, tma_do;
     sm90::TileTma<E, kBlockN, D> tma_k, tma_v;
-    CUtensorMap dq_map;  // the dQ workspace as (D, seqlen_q, batch * heads_q), (32, kBlockM) boxes
+    CUtensorMap dq_map;  // the dQ workspace as (D, dq_plane_rows, dq_planes), (32, kBlockM) boxes
   };
 };
 
@@ -141,11 +142,37 @@ __global__ void __launch_bounds__(kThreads, 1)
   using namespace cute;
   auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const BwdProblem& bp = params.problem;
-  const FwdProblem& p = bp.fwd;
   // Deterministic: KV block j runs on CTA gridDim.x - 1 - j, so that the block whose turn comes
   // first (the last one) has the lower index and is launched no later (turns.cuh).
   const int kv_block = kDeterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int k0 = kv_block * kBlockN, hk = blockIdx.y, b = blockIdx.z;
+  // p: the problem as the CTA sees it, its lengths and masks; with a variable-length batch
+  // (a runtime branch: only here, at the loads' and reductions' addresses and the stores),
+  // sequence b's, whose first packed rows `at` the TMA coordinates and the stores add, while the
+  // descriptors span the packed tensors (tma_b: their batch entry). The grid is sized by
+  // max_seqlen_k: a CTA past its sequence's keys zeroes the gradients of the rows it spans but
+  // does not use (past seqused_k) and leaves.
+  FwdProblem p = bp.fwd;
+  SequenceOffsets at;
+  int k_rows = p.seqlen_k;  // rows of dK and dV the CTA's sequence spans
+  if (p.varlen()) {
+    const SequenceSpan span = sequence_span(p, b);
+    p.seqlen_q = span.seqlen_q;
+    p.seqlen_k = span.seqlen_k;
+    at = SequenceOffsets{span.q_begin, span.k_begin};
+    k_rows = span.k_rows;
+  }
+  const int tma_b = bp.fwd.varlen() ? 0 : b;
+  T* const dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + hk * bp.dk_head_stride +
+                    (int64_t(at.k) + k0) * bp.dk_row_stride;
+  T* const dv_out = static_cast<T*>(bp.dv) + b * bp.dv_batch_stride + hk * bp.dv_head_stride +
+                    (int64_t(at.k) + k0) * bp.dv_row_stride;
+  if (k0 >= p.seqlen_k) {
+    const int unused = min(k_rows - k0, kBlockN);
+    zero_rows<T, D>(dk_out, bp.dk_row_stride, unused, threadIdx.x, kThreads);
+    zero_rows<T, D>(dv_out, bp.dv_row_stride, unused, threadIdx.x, kThreads);
+    return;
+  }
   const BackwardQBlocks<kBlockM> blocks(p, hk, k0, kBlockN);
   using QBlock = typename BackwardQBlocks<kBlockM>::Block;
 
@@ -164,12 +191,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
     if (threadIdx.x != 0 || blocks.n_iters == 0) return;
     sm90::OnceBarrier::arm(ss.kv_barrier, 2 * kBlockN * D * sizeof(E));
+    const FwdProblem& whole = bp.fwd;  // the descriptors' view
     sm90::load_tile<kBlockN, D>(params.tma_k, ss.kv_barrier,
                                 make_tensor(make_smem_ptr(ss.k), typename Config::KVLayout{}),
-                                p.seqlen_k, p.heads_kv, p.batch, hk, b, kv_block);
+                                whole.k_rows(), p.heads_kv, whole.tma_batch(), hk, tma_b, kv_block, at.k);
     sm90::load_tile<kBlockN, D>(params.tma_v, ss.kv_barrier,
                                 make_tensor(make_smem_ptr(ss.v), typename Config::KVLayout{}),
-                                p.seqlen_k, p.heads_kv, p.batch, hk, b, kv_block);
+                                whole.k_rows(), p.heads_kv, whole.tma_batch(), hk, tma_b, kv_block, at.k);
     typename Pipeline::State st = Pipeline::producer_start();
     QBlock blk = blocks.first();
     for (int it = 0; it < blocks.n_iters; ++it) {
@@ -179,13 +207,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int m_block = blk.q0 / kBlockM;
       sm90::load_tile<kBlockM, D>(params.tma_q, bar,
                                   make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QLayout{}),
-                                  p.seqlen_q, p.heads_q, p.batch, blk.h, b, m_block);
+                                  whole.q_rows(), p.heads_q, whole.tma_batch(), blk.h, tma_b, m_block, at.q);
       sm90::load_tile<kBlockM, D>(params.tma_do, bar,
                                   make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QLayout{}),
-                                  p.seqlen_q, p.heads_q, p.batch, blk.h, b, m_block);
+                                  whole.q_rows(), p.heads_q, whole.tma_batch(), blk.h, tma_b, m_block, at.q);
       // The block's (LSE, D) pairs lie in range by the padding (backward_workspace.h).
       const float2* stats = reinterpret_cast<const float2*>(bp.row_stats) +
-                            (static_cast<int64_t>(b) * p.heads_q + blk.h) * bp.row_stats_rows + blk.q0;
+                            workspace_rows(bp, b, blk.h, at.q).stats + blk.q0;
       SM90_BULK_COPY_G2S::copy(stats, &bar, ss.stats[st.index], kStatBytes);
       st.advance();
       blk = blocks.next(blk);
@@ -228,6 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Score score(p);
   // KV blocks reach a Q block a block apart under a causal or window mask, at once without.
   const bool staggered = p.causal || p.local;
+  const int n_kv_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;  // the sequence's (deterministic turns)
 
   // Deterministic: the leader's turns on the slabs it last added, passed once those additions
   // have completed: right after the issue without the causal mask (every KV block reaches a Q
@@ -284,17 +313,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       NamedBarrier::arrive(128, kDqStageBarrier + 2 + warpgroup);
     }
     if (wg_leader) {
+      const WorkspaceRows dq_rows = workspace_rows(bp, b, qb.h, at.q);
       if (staggered) pass_pending_turns();  // the previous block's, a block late (above)
       CUTE_UNROLL
       for (int s = 0; s < Config::kSlabsPerWarpgroup; ++s) {
         const int slab = warpgroup * Config::kSlabsPerWarpgroup + s;
         if constexpr (kDeterministic) {
           pending_turns[s] = DqTurns<kBlockM, kBlockN>::counter(bp, b, qb, slab);
-          wait_for_turn(pending_turns[s], DqTurns<kBlockM, kBlockN>::turn(p, qb, kv_block, gridDim.x));
+          wait_for_turn(pending_turns[s], DqTurns<kBlockM, kBlockN>::turn(p, qb, kv_block, n_kv_blocks));
           sm90::fence_proxy_async_global();  // the earlier blocks' sums, before this one's reads
         }
         sm90::tensor_reduce_add_f32(&params.dq_map, ss.dq + slab * kBlockM * Config::kDqSlabCols,
-                                    slab * Config::kDqSlabCols, qb.q0, b * p.heads_q + qb.h);
+                                    slab * Config::kDqSlabCols, static_cast<int>(dq_rows.dq_row0 + qb.q0),
+                                    static_cast<int>(dq_rows.dq_plane));
         sm90::bulk_commit_group();
       }
       if (!staggered) pass_pending_turns();
@@ -396,12 +427,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
   }
 
-  // dK = scale * sum dS^T Q and dV to global memory, rows past seqlen_k dropped.
+  // dK = scale * sum dS^T Q and dV to global memory, rows past seqlen_k dropped (and zeroed up
+  // to the sequence's rows when seqused_k leaves some unused).
   Tensor kv_coord_rc = sm90::as_rowcol(thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<D>>{})));
-  T* dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + hk * bp.dk_head_stride + int64_t(k0) * bp.dk_row_stride;
-  T* dv_out = static_cast<T*>(bp.dv) + b * bp.dv_batch_stride + hk * bp.dv_head_stride + int64_t(k0) * bp.dv_row_stride;
-  store_fragment_rows<T>(dk_out, bp.dk_row_stride, sm90::as_rowcol(tdK), kv_coord_rc, p.seqlen_k - k0, p.softmax_scale);
-  store_fragment_rows<T>(dv_out, bp.dv_row_stride, sm90::as_rowcol(tdV), kv_coord_rc, p.seqlen_k - k0, 1.f);
+  const int used = p.seqlen_k - k0;
+  store_fragment_rows<T>(dk_out, bp.dk_row_stride, sm90::as_rowcol(tdK), kv_coord_rc, used, p.softmax_scale);
+  store_fragment_rows<T>(dv_out, bp.dv_row_stride, sm90::as_rowcol(tdV), kv_coord_rc, used, 1.f);
+  if (used < kBlockN && k_rows > p.seqlen_k) {
+    const int unused = min(k_rows - k0, kBlockN) - used;
+    zero_rows<T, D>(dk_out + used * bp.dk_row_stride, bp.dk_row_stride, unused, mma_thread, 256);
+    zero_rows<T, D>(dv_out + used * bp.dv_row_stride, bp.dv_row_stride, unused, mma_thread, 256);
+  }
 }
 
 // The main kernel's launch (descriptors, shared memory, one CTA per (KV block, KV head, batch)),
@@ -415,20 +451,22 @@ cudaError_t launch_policies(const BwdProblem& bp, cudaStream_t stream) {
     const FwdProblem& p = bp.fwd;
     typename Config::Params params{};
     params.problem = bp;
-    // With seqlen_q == 0 no Q block is loaded, but the descriptors must still be valid: Q and dO
-    // then get K's shape.
-    const bool no_queries = p.seqlen_q == 0;
+    // The descriptors span the tensors (a variable-length batch's packed rows as one batch
+    // entry: q_rows() ...). With no query rows no Q block is loaded, but the descriptors must
+    // still be valid: Q and dO then get K's shape.
+    const bool no_queries = p.q_rows() == 0;
+    const int rows_q = p.q_rows(), rows_k = p.k_rows(), tma_batch = p.tma_batch();
     params.tma_q = no_queries
-        ? sm90::make_tile_tma<E, Config::kBlockM, D>(p.k, p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride)
-        : sm90::make_tile_tma<E, Config::kBlockM, D>(p.q, p.seqlen_q, p.heads_q, p.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
+        ? sm90::make_tile_tma<E, Config::kBlockM, D>(p.k, rows_k, p.heads_kv, tma_batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride)
+        : sm90::make_tile_tma<E, Config::kBlockM, D>(p.q, rows_q, p.heads_q, tma_batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
     params.tma_do = no_queries
         ? params.tma_q
-        : sm90::make_tile_tma<E, Config::kBlockM, D>(bp.dout, p.seqlen_q, p.heads_q, p.batch, bp.do_row_stride, bp.do_head_stride, bp.do_batch_stride);
-    params.tma_k = sm90::make_tile_tma<E, Config::kBlockN, D>(p.k, p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
-    params.tma_v = sm90::make_tile_tma<E, Config::kBlockN, D>(p.v, p.seqlen_k, p.heads_kv, p.batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
+        : sm90::make_tile_tma<E, Config::kBlockM, D>(bp.dout, rows_q, p.heads_q, tma_batch, bp.do_row_stride, bp.do_head_stride, bp.do_batch_stride);
+    params.tma_k = sm90::make_tile_tma<E, Config::kBlockN, D>(p.k, rows_k, p.heads_kv, tma_batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
+    params.tma_v = sm90::make_tile_tma<E, Config::kBlockN, D>(p.v, rows_k, p.heads_kv, tma_batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
     if (!no_queries) {
-      if (cudaError_t err = sm90::encode_f32_tensor_map(&params.dq_map, bp.dq_accum, D, p.seqlen_q,
-                                                        static_cast<uint64_t>(p.batch) * p.heads_q,
+      if (cudaError_t err = sm90::encode_f32_tensor_map(&params.dq_map, bp.dq_accum, D, dq_plane_rows(bp),
+                                                        static_cast<uint64_t>(dq_planes(bp)),
                                                         Config::kDqSlabCols, Config::kBlockM);
           err != cudaSuccess)
         return err;

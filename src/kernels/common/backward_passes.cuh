@@ -16,6 +16,7 @@
 #include "kernels/common/backward_workspace.h"
 #include "kernels/common/sink_grad.h"
 #include "kernels/common/numeric.cuh"
+#include "kernels/common/varlen.cuh"
 
 namespace hfa {
 
@@ -46,40 +47,70 @@ struct DqStage {
   }
 };
 
+// The query rows of (batch entry or sequence b, query head h) as the row passes see them: how
+// many, row 0 of o, dout, dq and lse, and their workspace rows. A variable-length batch's
+// sequence b (its batch strides are 0, so b moves no pointer) starts at its first packed row.
+template <typename T>
+struct BackwardQRows {
+  int seqlen_q;
+  const T* o;
+  const T* dout;
+  T* dq;
+  const float* lse;
+  WorkspaceRows ws;
+};
+template <typename T>
+__device__ __forceinline__ BackwardQRows<T> backward_q_rows(const BwdProblem& bp, int b, int h) {
+  const FwdProblem& p = bp.fwd;
+  int q_begin = 0, seqlen_q = p.seqlen_q;
+  if (p.varlen()) {
+    const SequenceSpan span = sequence_span(p, b);
+    q_begin = span.q_begin;
+    seqlen_q = span.seqlen_q;
+  }
+  BackwardQRows<T> r;
+  r.seqlen_q = seqlen_q;
+  r.o = static_cast<const T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + q_begin * p.o_row_stride;
+  r.dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride + h * bp.do_head_stride +
+           q_begin * bp.do_row_stride;
+  r.dq = static_cast<T*>(bp.dq) + b * bp.dq_batch_stride + h * bp.dq_head_stride + q_begin * bp.dq_row_stride;
+  r.lse = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + q_begin * p.lse_row_stride;
+  r.ws = workspace_rows(bp, b, h, q_begin);
+  return r;
+}
+
 // ---- Pre-pass: row statistics (LSE * log2 e, D = rowsum(dO * O)) and the zeroed dQ workspace ---
 // D / 8 lanes per query row, one 16-byte chunk of O and of dO each; the same lanes zero the row's
 // D fp32 of the dQ accumulator (which the main kernel adds into), so that the workspace needs no
-// separate memset pass.
+// separate memset pass. One CTA row per (batch entry or sequence, query head), its rows padded to
+// kRowStatsAlign (a sequence's CTAs past them return).
 
 constexpr int kRowStatsThreads = 256;
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kRowStatsThreads) backward_row_stats_kernel(BwdProblem bp) {
-  const FwdProblem& p = bp.fwd;
   constexpr int kLanesPerRow = D / kElemsPer16B;  // 8, 16 or 32: a power of two within a warp
   constexpr int kRowsPerBlock = kRowStatsThreads / kLanesPerRow;
   static_assert(kLanesPerRow <= 32 && 32 % kLanesPerRow == 0, "a row's lanes lie in one warp");
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kLanesPerRow, h = blockIdx.y,
             b = blockIdx.z;
   const int c = threadIdx.x % kLanesPerRow;  // this lane's 16-byte chunk of the row
-  if (row >= bp.row_stats_rows) return;  // a row's lanes return together (as for padding rows)
-  const int64_t bh = static_cast<int64_t>(b) * p.heads_q + h;
-  float2* stats = reinterpret_cast<float2*>(bp.row_stats) + bh * bp.row_stats_rows + row;
-  if (row >= p.seqlen_q) {  // padding: P = 0, so no gradient
+  const BackwardQRows<T> rows = backward_q_rows<T>(bp, b, h);
+  if (row >= row_stats_rows(rows.seqlen_q)) return;  // a row's lanes return together (as for padding rows)
+  float2* stats = reinterpret_cast<float2*>(bp.row_stats) + rows.ws.stats + row;
+  if (row >= rows.seqlen_q) {  // padding: P = 0, so no gradient
     if (c == 0) *stats = make_float2(INFINITY, 0.f);
     return;
   }
-  const T* o = static_cast<const T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
-               row * p.o_row_stride;
-  const T* dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride +
-                  h * bp.do_head_stride + row * bp.do_row_stride;
+  const T* o = rows.o + row * bp.fwd.o_row_stride;
+  const T* dout = rows.dout + row * bp.do_row_stride;
   float of[8], df[8];
   unpack8<T>(*reinterpret_cast<const uint4*>(o + c * kElemsPer16B), of);
   unpack8<T>(*reinterpret_cast<const uint4*>(dout + c * kElemsPer16B), df);
   float dot = 0.f;
 #pragma unroll
   for (int e = 0; e < 8; ++e) dot += of[e] * df[e];
-  float4* accum = reinterpret_cast<float4*>(bp.dq_accum + (bh * p.seqlen_q + row) * D) + 2 * c;
+  float4* accum = reinterpret_cast<float4*>(bp.dq_accum + (rows.ws.dq + row) * D) + 2 * c;
   accum[0] = accum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
   // The shuffles name only this row's lanes: other rows of the warp may have returned.
   const unsigned row_lanes = static_cast<unsigned>((uint64_t{1} << kLanesPerRow) - 1)
@@ -88,34 +119,61 @@ __global__ void __launch_bounds__(kRowStatsThreads) backward_row_stats_kernel(Bw
   for (int off = kLanesPerRow / 2; off > 0; off /= 2) dot += __shfl_xor_sync(row_lanes, dot, off);
   if (c == 0) {
     // A row that saw no key (LSE = -inf) gets +inf as well: P = 0.
-    const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
+    const float lse = rows.lse[row * bp.fwd.lse_row_stride];
     *stats = make_float2(lse == -INFINITY ? INFINITY : lse * kBackwardLog2e, dot);
   }
 }
 
 // ---- Post-pass: dQ = scale * dQ_accum, in the output dtype -----------------------------------
+// A thread per 16-byte chunk of dQ; one CTA row per (batch entry or sequence, query head).
+
+constexpr int kConvertThreads = 256;
 
 template <typename T, int D>
-__global__ void backward_convert_dq_kernel(BwdProblem bp) {
-  const FwdProblem& p = bp.fwd;
+__global__ void __launch_bounds__(kConvertThreads) backward_convert_dq_kernel(BwdProblem bp) {
   constexpr int kChunks = D / kElemsPer16B;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t total = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * kChunks;
-  if (idx >= total) return;
-  const int c = static_cast<int>(idx % kChunks);
-  const int64_t row_index = idx / kChunks;  // (b, h, row) flattened
-  const int row = static_cast<int>(row_index % p.seqlen_q);
-  const int h = static_cast<int>((row_index / p.seqlen_q) % p.heads_q);
-  const int b = static_cast<int>(row_index / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
-  const float4* src = reinterpret_cast<const float4*>(bp.dq_accum + row_index * D + c * kElemsPer16B);
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kConvertThreads + threadIdx.x;
+  const int row = static_cast<int>(idx / kChunks), c = static_cast<int>(idx % kChunks);
+  const BackwardQRows<T> rows = backward_q_rows<T>(bp, blockIdx.z, blockIdx.y);
+  if (row >= rows.seqlen_q) return;
+  const float4* src = reinterpret_cast<const float4*>(bp.dq_accum + (rows.ws.dq + row) * D + c * kElemsPer16B);
   const float4 lo = src[0], hi = src[1];
   const float vals[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
   float scaled[8];
 #pragma unroll
-  for (int e = 0; e < 8; ++e) scaled[e] = vals[e] * p.softmax_scale;
-  T* dq = static_cast<T*>(bp.dq) + b * bp.dq_batch_stride + h * bp.dq_head_stride +
-          row * bp.dq_row_stride + c * kElemsPer16B;
+  for (int e = 0; e < 8; ++e) scaled[e] = vals[e] * bp.fwd.softmax_scale;
+  T* dq = rows.dq + row * bp.dq_row_stride + c * kElemsPer16B;
   *reinterpret_cast<uint4*>(dq) = pack8<T>(scaled);
+}
+
+// ---- A variable-length batch's rows past its last sequence: zero gradients --------------------
+// Rows [cu_seqlens_q[batch], total_q) of dq and [cu_seqlens_k[batch], total_k) of dk and dv
+// belong to no sequence (none when the last entries are the totals): no score reaches them, so
+// their gradient is 0. A thread per 16-byte chunk, grid-stride.
+
+constexpr int kZeroTailThreads = 256, kZeroTailBlocks = 64;
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kZeroTailThreads) backward_zero_tails_kernel(BwdProblem bp) {
+  const FwdProblem& p = bp.fwd;
+  constexpr int kChunks = D / kElemsPer16B;
+  const int q_tail = min(max(p.cu_seqlens_q[p.batch], 0), p.total_q);
+  const int k_tail = min(max(p.cu_seqlens_k[p.batch], 0), p.total_k);
+  const int64_t q_items = static_cast<int64_t>(p.total_q - q_tail) * p.heads_q * kChunks;
+  const int64_t k_items = static_cast<int64_t>(p.total_k - k_tail) * p.heads_kv * kChunks;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kZeroTailThreads + threadIdx.x; i < q_items + 2 * k_items;
+       i += static_cast<int64_t>(gridDim.x) * kZeroTailThreads) {
+    const bool is_q = i < q_items;
+    const int64_t j = is_q ? i : (i - q_items) % k_items;  // dk's items, then dv's
+    const int heads = is_q ? p.heads_q : p.heads_kv;
+    const int c = static_cast<int>(j % kChunks);
+    const int h = static_cast<int>(j / kChunks % heads);
+    const int64_t row = (is_q ? q_tail : k_tail) + j / kChunks / heads;
+    T* base = static_cast<T*>(is_q ? bp.dq : i < q_items + k_items ? bp.dk : bp.dv);
+    const int64_t row_stride = is_q ? bp.dq_row_stride : i < q_items + k_items ? bp.dk_row_stride : bp.dv_row_stride;
+    const int64_t head_stride = is_q ? bp.dq_head_stride : i < q_items + k_items ? bp.dk_head_stride : bp.dv_head_stride;
+    *reinterpret_cast<uint4*>(base + row * row_stride + h * head_stride + c * kElemsPer16B) = make_uint4(0, 0, 0, 0);
+  }
 }
 
 // The Q blocks that the CTA of one KV block (first key k0, KV head hk) visits, in order: every
@@ -175,32 +233,36 @@ struct DqTurns {
   }
 };
 
-// The pre-pass, `main` (the main kernel's launch, a callable returning cudaError_t), and the
-// post-pass for one (dtype, head_dim), with bp's workspace allocated (with_backward_workspace).
+// The pre-pass, `main` (the main kernel's launch, a callable returning cudaError_t), the zeroed
+// rows past a variable-length batch's last sequence, and the post-pass for one (dtype,
+// head_dim), with bp's workspace allocated (with_backward_workspace).
 // seqlen_q == 0 still runs the main kernel (dK = dV = 0); seqlen_k == 0 does not (the zeroed
 // accumulator converts to dQ = 0).
 template <typename T, int D, class MainLaunch>
 cudaError_t launch_backward_passes(const BwdProblem& bp, cudaStream_t stream, MainLaunch main) {
   const FwdProblem& p = bp.fwd;
-  if (p.seqlen_q > 0) {
+  if (p.seqlen_q > 0) {  // with a variable-length batch, sized by max_seqlen_q
     constexpr int kRowsPerBlock = kRowStatsThreads / (D / kElemsPer16B);
     backward_row_stats_kernel<T, D>
-        <<<dim3((bp.row_stats_rows + kRowsPerBlock - 1) / kRowsPerBlock, p.heads_q, p.batch),
+        <<<dim3((row_stats_rows(p.seqlen_q) + kRowsPerBlock - 1) / kRowsPerBlock, p.heads_q, p.batch),
            kRowStatsThreads, 0, stream>>>(bp);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   if (bp.dsinks) {  // also with seqlen_q == 0: the sum of no rows, 0
     if (cudaError_t err = launch_backward_sink_grad(bp, stream); err != cudaSuccess) return err;
   }
-  if (p.seqlen_k > 0) {
+  if (p.seqlen_k > 0 && p.k_rows() > 0) {
     if (cudaError_t err = main(); err != cudaSuccess) return err;
   }
+  if (p.varlen()) {
+    backward_zero_tails_kernel<T, D><<<kZeroTailBlocks, kZeroTailThreads, 0, stream>>>(bp);
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
   if (p.seqlen_q > 0) {
-    const int64_t chunks = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * (D / kElemsPer16B);
-    constexpr int kConvertThreads = 256;
+    const int64_t chunks = static_cast<int64_t>(p.seqlen_q) * (D / kElemsPer16B);
     backward_convert_dq_kernel<T, D>
-        <<<static_cast<unsigned>((chunks + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0,
-           stream>>>(bp);
+        <<<dim3(static_cast<unsigned>((chunks + kConvertThreads - 1) / kConvertThreads), p.heads_q, p.batch),
+           kConvertThreads, 0, stream>>>(bp);
     return cudaGetLastError();
   }
   return cudaSuccess;

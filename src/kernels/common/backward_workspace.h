@@ -4,6 +4,9 @@
 //   row_stats  (batch, heads_q, row_stats_rows) pairs (LSE * log2 e, D = rowsum(dO * O));
 //   dq_turns   deterministic mode only: one turn counter per (batch, query head, 64-row Q block,
 //              dQ slab), zeroed before the launch.
+// A variable-length batch (FwdProblem::varlen()) has no batch dimension: dq_accum and row_stats
+// are (heads_q, row_stats_rows) planes of rows, in which sequence b's rows start at
+// varlen_workspace_row0() (WorkspaceRows says where for either layout).
 // Nothing in it is O(seqlen^2).
 #pragma once
 
@@ -26,6 +29,45 @@ constexpr int row_stats_rows(int seqlen_q) {
   return (seqlen_q + kRowStatsAlign - 1) / kRowStatsAlign * kRowStatsAlign;
 }
 
+// A variable-length batch's workspace rows: sequence b's start at its first packed row moved up by
+// b paddings of kRowStatsAlign rows and rounded down to a multiple of it, so that every sequence
+// starts aligned (its Q blocks' statistics are aligned copies) and its last block, padded to
+// kRowStatsAlign, ends before the next sequence's first row: with r(b) = that start and
+// c(b) = its first packed row, r(b) <= c(b) + b A and r(b) + ceil(len / A) A is a multiple of A
+// below c(b + 1) + (b + 1) A, so at most r(b + 1). The clamping of the device's cu_seqlens_q
+// (varlen.cuh) keeps every sequence's rows inside the planes whatever they hold.
+constexpr int64_t varlen_workspace_rows(int total_q, int batch) {
+  return (static_cast<int64_t>(total_q) + kRowStatsAlign - 1) / kRowStatsAlign * kRowStatsAlign +
+         static_cast<int64_t>(batch) * kRowStatsAlign;
+}
+HFA_HOST_DEVICE constexpr int64_t varlen_workspace_row0(int q_begin, int b) {
+  return (static_cast<int64_t>(q_begin) + static_cast<int64_t>(b) * kRowStatsAlign) / kRowStatsAlign *
+         kRowStatsAlign;
+}
+
+// dq_accum seen as (dq_planes(), dq_plane_rows(), head_dim): a plane per (batch entry, query
+// head), or with a variable-length batch per query head. The TMA reductions' view.
+HFA_HOST_DEVICE inline int64_t dq_plane_rows(const BwdProblem& bp) {
+  return bp.fwd.varlen() ? bp.row_stats_rows : bp.fwd.seqlen_q;
+}
+HFA_HOST_DEVICE inline int64_t dq_planes(const BwdProblem& bp) {
+  return bp.fwd.varlen() ? bp.fwd.heads_q : static_cast<int64_t>(bp.fwd.batch) * bp.fwd.heads_q;
+}
+
+// Where the workspace rows of (batch entry or sequence b, query head h) lie: query row i's
+// statistics are row_stats[stats + i] (float2s), its dQ accumulator row dq + i of dq_accum (rows
+// of head_dim floats), which is row dq_row0 + i of plane dq_plane. q_begin: a variable-length
+// sequence's first packed row (sequence_span), unused otherwise.
+struct WorkspaceRows {
+  int64_t stats, dq, dq_plane, dq_row0;
+};
+HFA_HOST_DEVICE inline WorkspaceRows workspace_rows(const BwdProblem& bp, int b, int h, int q_begin) {
+  const FwdProblem& p = bp.fwd;
+  const int64_t plane = p.varlen() ? h : static_cast<int64_t>(b) * p.heads_q + h;
+  const int64_t row0 = p.varlen() ? varlen_workspace_row0(q_begin, b) : 0;
+  return WorkspaceRows{plane * bp.row_stats_rows + row0, plane * dq_plane_rows(bp) + row0, plane, row0};
+}
+
 // Deterministic backward (BwdProblem::dq_turns): a turn counter per (batch, query head, Q block,
 // dQ slab), laid out for the smallest Q block (64 rows) and the most slabs (d = 256: 8 of 32
 // columns); a kernel with larger blocks or fewer slabs uses a prefix of each row of counters.
@@ -44,11 +86,11 @@ Status with_backward_workspace(const BwdProblem& problem, cudaStream_t stream, c
                                Launch launch) {
   BwdProblem bp = problem;
   const FwdProblem& p = bp.fwd;
-  const size_t rows = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q;
-  bp.row_stats_rows = row_stats_rows(p.seqlen_q);
+  bp.row_stats_rows = static_cast<int>(p.varlen() ? varlen_workspace_rows(p.total_q, p.batch)
+                                                   : row_stats_rows(p.seqlen_q));
+  const size_t rows = static_cast<size_t>(dq_planes(bp) * dq_plane_rows(bp));
   const size_t accum_bytes = rows * p.head_dim * sizeof(float);
-  const size_t stats_bytes =
-      static_cast<size_t>(p.batch) * p.heads_q * bp.row_stats_rows * 2 * sizeof(float);
+  const size_t stats_bytes = static_cast<size_t>(dq_planes(bp)) * bp.row_stats_rows * 2 * sizeof(float);
   const size_t turn_bytes =
       bp.deterministic ? static_cast<size_t>(dq_turn_count(p.batch, p.heads_q, p.seqlen_q)) * sizeof(int) : 0;
   void* workspace = nullptr;

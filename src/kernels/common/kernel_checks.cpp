@@ -77,7 +77,8 @@ Status check_backward_operands(const char* kernel, const BwdProblem& bp) {
   HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "dq", bp.dq, bp.dq_batch_stride, bp.dq_row_stride, bp.dq_head_stride, p.dtype));
   HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "dk", bp.dk, bp.dk_batch_stride, bp.dk_row_stride, bp.dk_head_stride, p.dtype));
   HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "dv", bp.dv, bp.dv_batch_stride, bp.dv_row_stride, bp.dv_head_stride, p.dtype));
-  return check_grid_dim(kernel, "heads_kv", p.heads_kv);
+  HFA_RETURN_IF_ERROR(check_grid_dim(kernel, "heads_q", p.heads_q));  // the row passes' grids
+  return check_grid_dim(kernel, p.varlen() ? "cu_seqlens_q" : "batch", p.batch);
 }
 
 }  // namespace hfa

@@ -27,8 +27,8 @@ Status check_grid_dim(const char* kernel, const char* what, long long blocks);
 // Dynamic shared memory `bytes` must fit the device's per-block opt-in limit.
 Status check_smem(const char* kernel, const DeviceInfo& device, long long bytes);
 
-// A backward kernel's own operands (dout, dq, dk, dv: 16-byte aligned, as q, k, v) and its grid
-// (one CTA row per KV head).
+// A backward kernel's own operands (dout, dq, dk, dv: 16-byte aligned, as q, k, v) and its grids
+// (CTA rows per KV head, query head, and batch entry or sequence).
 Status check_backward_operands(const char* kernel, const BwdProblem& bp);
 
 }  // namespace hfa

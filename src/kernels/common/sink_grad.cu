@@ -1,5 +1,8 @@
 #include "kernels/common/sink_grad.h"
 
+#include "kernels/common/backward_workspace.h"
+#include "kernels/common/varlen.cuh"
+
 namespace hfa {
 namespace {
 
@@ -12,10 +15,15 @@ __global__ void __launch_bounds__(kSinkGradThreads) backward_sink_grad_kernel(Bw
   const int h = blockIdx.x;
   const float sink2 = p.sinks[h * p.sinks_stride] * kLog2e;
   float sum = 0.f;
-  for (int b = 0; b < p.batch; ++b) {
-    const float2* stats = reinterpret_cast<const float2*>(bp.row_stats) +
-                          (static_cast<int64_t>(b) * p.heads_q + h) * bp.row_stats_rows;
-    for (int row = threadIdx.x; row < p.seqlen_q; row += kSinkGradThreads) {
+  for (int b = 0; b < p.batch; ++b) {  // batch entries, or a variable-length batch's sequences
+    int q_begin = 0, seqlen_q = p.seqlen_q;
+    if (p.varlen()) {
+      const SequenceSpan span = sequence_span(p, b);
+      q_begin = span.q_begin;
+      seqlen_q = span.seqlen_q;
+    }
+    const float2* stats = reinterpret_cast<const float2*>(bp.row_stats) + workspace_rows(bp, b, h, q_begin).stats;
+    for (int row = threadIdx.x; row < seqlen_q; row += kSinkGradThreads) {
       const float2 st = stats[row];  // (LSE2, D); a row that saw no key has LSE = sink, D = 0
       sum += exp2f(sink2 - st.x) * st.y;
     }

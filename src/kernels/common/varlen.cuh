@@ -16,20 +16,21 @@ struct SequenceOffsets {
 };
 
 // Sequence b of a variable-length problem: where its queries and keys start in the packed
-// tensors and how many there are (cut to max_seqlen_q / max_seqlen_k). The device's cu_seqlens
-// are clamped to [0, total] and seqused_k to [0, the sequence's keys], so whatever they hold
-// nothing outside the tensors is touched. Call only for p.varlen().
+// tensors and how many there are (cut to max_seqlen_q / max_seqlen_k); k_rows: the rows of k and
+// v it spans, of which it uses the first seqlen_k (seqused_k). The device's cu_seqlens are
+// clamped to [0, total] and seqused_k to [0, the sequence's keys], so whatever they hold nothing
+// outside the tensors is touched. Call only for p.varlen().
 struct SequenceSpan {
-  int q_begin, seqlen_q, k_begin, seqlen_k;
+  int q_begin, seqlen_q, k_begin, seqlen_k, k_rows;
 };
 __device__ __forceinline__ SequenceSpan sequence_span(const FwdProblem& p, int b) {
   auto clamp = [](int x, int hi) { return min(max(x, 0), hi); };
   const int q_begin = clamp(p.cu_seqlens_q[b], p.total_q);
   const int q_end = max(q_begin, clamp(p.cu_seqlens_q[b + 1], p.total_q));
   const int k_begin = clamp(p.cu_seqlens_k[b], p.total_k);
-  int k_len = max(k_begin, clamp(p.cu_seqlens_k[b + 1], p.total_k)) - k_begin;
-  if (p.seqused_k) k_len = clamp(p.seqused_k[b], k_len);
-  return SequenceSpan{q_begin, min(q_end - q_begin, p.seqlen_q), k_begin, min(k_len, p.seqlen_k)};
+  const int k_rows = min(max(k_begin, clamp(p.cu_seqlens_k[b + 1], p.total_k)) - k_begin, p.seqlen_k);
+  const int k_len = p.seqused_k ? clamp(p.seqused_k[b], k_rows) : k_rows;
+  return SequenceSpan{q_begin, min(q_end - q_begin, p.seqlen_q), k_begin, k_len, k_rows};
 }
 
 // Sequence b as a dense problem (sequence_span): seqlen_q / seqlen_k its own, q / o / lse and
@@ -49,6 +50,16 @@ __device__ __forceinline__ FwdProblem sequence_view(const FwdProblem& p, int b, 
   at->q = span.q_begin;
   at->k = span.k_begin;
   return s;
+}
+
+// Rows [0, rows) of a (rows, D) tile of dst (row stride in elements, 16-byte aligned rows) set to
+// zero by `threads` threads, this one `thread`: the gradients of the keys a sequence spans but
+// does not use (past seqused_k), which no score reaches.
+template <typename T, int D>
+__device__ __forceinline__ void zero_rows(T* dst, int64_t row_stride, int rows, int thread, int threads) {
+  constexpr int kChunks = D * static_cast<int>(sizeof(T)) / 16, kPerChunk = 16 / static_cast<int>(sizeof(T));
+  for (int i = thread; i < rows * kChunks; i += threads)
+    *reinterpret_cast<uint4*>(dst + (i / kChunks) * row_stride + (i % kChunks) * kPerChunk) = make_uint4(0, 0, 0, 0);
 }
 
 }  // namespace hfa

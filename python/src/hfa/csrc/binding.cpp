@@ -87,6 +87,21 @@ void set_attention_args(Args* args, const at::Tensor& q, const at::Tensor& k, co
   if (sinks) args->sinks = to_view(*sinks, "sinks", device);
 }
 
+// A variable-length batch's arguments (ForwardArgs / BackwardArgs::cu_seqlens_q ...).
+template <class Args>
+void set_varlen_args(Args* args, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
+                     int64_t max_seqlen_q, int64_t max_seqlen_k,
+                     const std::optional<at::Tensor>& seqused_k, const at::Device& device) {
+  args->cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q", device);
+  args->cu_seqlens_k = to_view(cu_seqlens_k, "cu_seqlens_k", device);
+  for (const auto& [value, name] : {std::pair{max_seqlen_q, "max_seqlen_q"}, std::pair{max_seqlen_k, "max_seqlen_k"}})
+    if (value < 0 || value > INT32_MAX)
+      throw std::invalid_argument(std::string(name) + ": " + std::to_string(value) + "; must be in [0, 2^31)");
+  args->max_seqlen_q = static_cast<int>(max_seqlen_q);
+  args->max_seqlen_k = static_cast<int>(max_seqlen_k);
+  if (seqused_k) args->seqused_k = to_view(*seqused_k, "seqused_k", device);
+}
+
 // Writes out (and lse, if given) in place; the Python custom op allocates them. The descales:
 // fp32 (batch, heads_kv), or the block descales (ForwardArgs), with float8_e4m3fn q/k/v only.
 void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
@@ -125,14 +140,7 @@ void forward_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   set_attention_args(&args, q, k, v, out, causal, softmax_scale, kernel, window_left, window_right,
                      softcap, sinks, device);
   if (lse) args.lse = to_view(*lse, "lse", device);
-  args.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q", device);
-  args.cu_seqlens_k = to_view(cu_seqlens_k, "cu_seqlens_k", device);
-  for (const auto& [value, name] : {std::pair{max_seqlen_q, "max_seqlen_q"}, std::pair{max_seqlen_k, "max_seqlen_k"}})
-    if (value < 0 || value > INT32_MAX)
-      throw std::invalid_argument(std::string(name) + ": " + std::to_string(value) + "; must be in [0, 2^31)");
-  args.max_seqlen_q = static_cast<int>(max_seqlen_q);
-  args.max_seqlen_k = static_cast<int>(max_seqlen_k);
-  if (seqused_k) args.seqused_k = to_view(*seqused_k, "seqused_k", device);
+  set_varlen_args(&args, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, device);
   throw_if_error(hfa::forward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
 }
 
@@ -160,6 +168,21 @@ void quantize_fp8(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   throw_if_error(hfa::quantize_fp8(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
 }
 
+// What backward() and backward_varlen() add to set_attention_args: dout, lse, the gradients
+// (dsinks if given) and the mode.
+void set_gradient_args(hfa::BackwardArgs* args, const at::Tensor& dout, const at::Tensor& lse,
+                       at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
+                       const std::optional<at::Tensor>& dsinks, bool deterministic,
+                       const at::Device& device) {
+  if (dsinks) args->dsinks = to_view(*dsinks, "dsinks", device);
+  args->dout = to_view(dout, "dout", device);
+  args->lse = to_view(lse, "lse", device);
+  args->dq = to_view(dq, "dq", device);
+  args->dk = to_view(dk, "dk", device);
+  args->dv = to_view(dv, "dv", device);
+  args->deterministic = deterministic;
+}
+
 // Writes dq, dk, dv (and dsinks, if given) in place; the Python custom op allocates them.
 void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
               const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk,
@@ -172,13 +195,26 @@ void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, con
   hfa::BackwardArgs args;
   set_attention_args(&args, q, k, v, out, causal, softmax_scale, kernel, window_left, window_right,
                      softcap, sinks, device);
-  if (dsinks) args.dsinks = to_view(*dsinks, "dsinks", device);
-  args.dout = to_view(dout, "dout", device);
-  args.lse = to_view(lse, "lse", device);
-  args.dq = to_view(dq, "dq", device);
-  args.dk = to_view(dk, "dk", device);
-  args.dv = to_view(dv, "dv", device);
-  args.deterministic = deterministic;
+  set_gradient_args(&args, dout, lse, dq, dk, dv, dsinks, deterministic, device);
+  throw_if_error(hfa::backward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
+}
+
+// A variable-length batch's backward: packed tensors (forward_varlen), gradients in place.
+void backward_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& out, const at::Tensor& dout, const at::Tensor& lse,
+                     at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, const at::Tensor& cu_seqlens_q,
+                     const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                     std::optional<at::Tensor> seqused_k, bool causal,
+                     std::optional<double> softmax_scale, const std::string& kernel,
+                     bool deterministic, int64_t window_left, int64_t window_right, double softcap,
+                     std::optional<at::Tensor> sinks, std::optional<at::Tensor> dsinks) {
+  const at::Device device = cuda_device_of(q);
+  const c10::cuda::CUDAGuard guard(device);
+  hfa::BackwardArgs args;
+  set_attention_args(&args, q, k, v, out, causal, softmax_scale, kernel, window_left, window_right,
+                     softcap, sinks, device);
+  set_gradient_args(&args, dout, lse, dq, dk, dv, dsinks, deterministic, device);
+  set_varlen_args(&args, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, device);
   throw_if_error(hfa::backward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
 }
 
@@ -288,6 +324,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &forward, "attention forward into preallocated out (and lse)");
   m.def("forward_varlen", &forward_varlen, "variable-length batch forward into preallocated out (and lse)");
   m.def("backward", &backward, "attention backward into preallocated dq, dk, dv");
+  m.def("backward_varlen", &backward_varlen, "variable-length batch backward into preallocated dq, dk, dv");
   m.def("quantize_fp8", &quantize_fp8, "bf16/fp16 q, k, v -> e4m3 and descales, in place");
   m.def("plan_decode", &plan_decode, "decode's (num_splits, workspace bytes) for these shapes");
   m.def("decode", &decode, "flash decode against a KV cache into preallocated out and lse");
