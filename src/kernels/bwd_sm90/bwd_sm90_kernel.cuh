@@ -131,8 +131,9 @@ __device__ __forceinline__ void store_fragment_rows(T* dst, int64_t row_stride, 
 }
 
 // Mask and Score: the forward's policies (sm90/common/mask.cuh), AttentionMask or LocalMask and
-// PlainScore or SoftcapScore.
-template <typename T, int D, bool kDeterministic, class Mask, class Score>
+// PlainScore or SoftcapScore. kVarlen: a variable-length batch (FwdProblem::varlen()), a kernel of
+// its own so that the dense one keeps its code (as k6's).
+template <typename T, int D, bool kDeterministic, bool kVarlen, class Mask, class Score>
 __global__ void __launch_bounds__(kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ typename BwdConfig<T, D>::Params params) {
   using Config = BwdConfig<T, D>;
@@ -146,32 +147,49 @@ __global__ void __launch_bounds__(kThreads, 1)
   // first (the last one) has the lower index and is launched no later (turns.cuh).
   const int kv_block = kDeterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int k0 = kv_block * kBlockN, hk = blockIdx.y, b = blockIdx.z;
-  // p: the problem as the CTA sees it, its lengths and masks; with a variable-length batch
-  // (a runtime branch: only here, at the loads' and reductions' addresses and the stores),
-  // sequence b's, whose first packed rows `at` the TMA coordinates and the stores add, while the
-  // descriptors span the packed tensors (tma_b: their batch entry). The grid is sized by
+  // p: the problem as the CTA sees it, its lengths and masks; with kVarlen sequence b's
+  // (sequence_span), whose first packed rows `at` the TMA coordinates and the stores add, while
+  // the descriptors span the packed tensors (tma_b: their batch entry). The grid is sized by
   // max_seqlen_k: a CTA past its sequence's keys zeroes the gradients of the rows it spans but
   // does not use (past seqused_k) and leaves.
-  FwdProblem p = bp.fwd;
+  // The consumers keep only the lengths and the sequence's first query row through the walk
+  // (its first key row and extent are read again for the stores: in registers across the walk
+  // they spilled).
+  FwdProblem sequence;
   SequenceOffsets at;
-  int k_rows = p.seqlen_k;  // rows of dK and dV the CTA's sequence spans
-  if (p.varlen()) {
-    const SequenceSpan span = sequence_span(p, b);
-    p.seqlen_q = span.seqlen_q;
-    p.seqlen_k = span.seqlen_k;
+  if constexpr (kVarlen) {
+    const SequenceSpan span = sequence_span(bp.fwd, b);
+    sequence = bp.fwd;
+    sequence.seqlen_q = span.seqlen_q;
+    sequence.seqlen_k = span.seqlen_k;
     at = SequenceOffsets{span.q_begin, span.k_begin};
-    k_rows = span.k_rows;
   }
-  const int tma_b = bp.fwd.varlen() ? 0 : b;
-  T* const dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + hk * bp.dk_head_stride +
-                    (int64_t(at.k) + k0) * bp.dk_row_stride;
-  T* const dv_out = static_cast<T*>(bp.dv) + b * bp.dv_batch_stride + hk * bp.dv_head_stride +
-                    (int64_t(at.k) + k0) * bp.dv_row_stride;
-  if (k0 >= p.seqlen_k) {
-    const int unused = min(k_rows - k0, kBlockN);
-    zero_rows<T, D>(dk_out, bp.dk_row_stride, unused, threadIdx.x, kThreads);
-    zero_rows<T, D>(dv_out, bp.dv_row_stride, unused, threadIdx.x, kThreads);
-    return;
+  const FwdProblem& p = kVarlen ? sequence : bp.fwd;
+  const int tma_b = kVarlen ? 0 : b;
+  // Row 0 of this CTA's dK and dV, and the rows of them its sequence spans (zeroed past seqlen_k).
+  auto gradient_rows = [&](T*& dk_out, T*& dv_out, int& k_rows) {
+    int k_begin = 0;
+    k_rows = bp.fwd.seqlen_k;
+    if constexpr (kVarlen) {
+      const SequenceSpan span = sequence_span(bp.fwd, b);
+      k_begin = span.k_begin;
+      k_rows = span.k_rows;
+    }
+    dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + hk * bp.dk_head_stride +
+             (int64_t(k_begin) + k0) * bp.dk_row_stride;
+    dv_out = static_cast<T*>(bp.dv) + b * bp.dv_batch_stride + hk * bp.dv_head_stride +
+             (int64_t(k_begin) + k0) * bp.dv_row_stride;
+  };
+  if constexpr (kVarlen) {
+    if (k0 >= p.seqlen_k) {
+      T *dk_out, *dv_out;
+      int k_rows;
+      gradient_rows(dk_out, dv_out, k_rows);
+      const int unused = min(k_rows - k0, kBlockN);
+      zero_rows<T, D>(dk_out, bp.dk_row_stride, unused, threadIdx.x, kThreads);
+      zero_rows<T, D>(dv_out, bp.dv_row_stride, unused, threadIdx.x, kThreads);
+      return;
+    }
   }
   const BackwardQBlocks<kBlockM> blocks(p, hk, k0, kBlockN);
   using QBlock = typename BackwardQBlocks<kBlockM>::Block;
@@ -213,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                   whole.q_rows(), p.heads_q, whole.tma_batch(), blk.h, tma_b, m_block, at.q);
       // The block's (LSE, D) pairs lie in range by the padding (backward_workspace.h).
       const float2* stats = reinterpret_cast<const float2*>(bp.row_stats) +
-                            workspace_rows(bp, b, blk.h, at.q).stats + blk.q0;
+                            workspace_rows(bp, b, blk.h, at.q, kVarlen).stats + blk.q0;
       SM90_BULK_COPY_G2S::copy(stats, &bar, ss.stats[st.index], kStatBytes);
       st.advance();
       blk = blocks.next(blk);
@@ -256,7 +274,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Score score(p);
   // KV blocks reach a Q block a block apart under a causal or window mask, at once without.
   const bool staggered = p.causal || p.local;
-  const int n_kv_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;  // the sequence's (deterministic turns)
+  const int n_kv_blocks = kVarlen ? (p.seqlen_k + kBlockN - 1) / kBlockN : gridDim.x;  // deterministic turns
 
   // Deterministic: the leader's turns on the slabs it last added, passed once those additions
   // have completed: right after the issue without the causal mask (every KV block reaches a Q
@@ -313,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       NamedBarrier::arrive(128, kDqStageBarrier + 2 + warpgroup);
     }
     if (wg_leader) {
-      const WorkspaceRows dq_rows = workspace_rows(bp, b, qb.h, at.q);
+      const WorkspaceRows dq_rows = workspace_rows(bp, b, qb.h, at.q, kVarlen);
       if (staggered) pass_pending_turns();  // the previous block's, a block late (above)
       CUTE_UNROLL
       for (int s = 0; s < Config::kSlabsPerWarpgroup; ++s) {
@@ -430,19 +448,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   // dK = scale * sum dS^T Q and dV to global memory, rows past seqlen_k dropped (and zeroed up
   // to the sequence's rows when seqused_k leaves some unused).
   Tensor kv_coord_rc = sm90::as_rowcol(thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<D>>{})));
+  T *dk_out, *dv_out;
+  int k_rows;
+  gradient_rows(dk_out, dv_out, k_rows);
   const int used = p.seqlen_k - k0;
   store_fragment_rows<T>(dk_out, bp.dk_row_stride, sm90::as_rowcol(tdK), kv_coord_rc, used, p.softmax_scale);
   store_fragment_rows<T>(dv_out, bp.dv_row_stride, sm90::as_rowcol(tdV), kv_coord_rc, used, 1.f);
-  if (used < kBlockN && k_rows > p.seqlen_k) {
+  if (kVarlen && used < kBlockN && k_rows > p.seqlen_k) {
     const int unused = min(k_rows - k0, kBlockN) - used;
     zero_rows<T, D>(dk_out + used * bp.dk_row_stride, bp.dk_row_stride, unused, mma_thread, 256);
     zero_rows<T, D>(dv_out + used * bp.dv_row_stride, bp.dv_row_stride, unused, mma_thread, 256);
   }
 }
 
-// The main kernel's launch (descriptors, shared memory, one CTA per (KV block, KV head, batch)),
-// between the shared pre- and post-passes, for one mask and score policy.
-template <typename T, int D, class Mask, class Score>
+// The main kernel's launch (descriptors, shared memory, one CTA per (KV block, KV head, batch or
+// sequence)), between the shared pre- and post-passes, for one mask and score policy; kVarlen
+// must be bp.fwd.varlen().
+template <typename T, int D, bool kVarlen, class Mask, class Score>
 cudaError_t launch_policies(const BwdProblem& bp, cudaStream_t stream) {
   using Config = BwdConfig<T, D>;
   using E = typename Config::E;
@@ -471,27 +493,43 @@ cudaError_t launch_policies(const BwdProblem& bp, cudaStream_t stream) {
           err != cudaSuccess)
         return err;
     }
-    auto* kernel = bp.deterministic ? bwd_sm90_kernel<T, D, true, Mask, Score>
-                                    : bwd_sm90_kernel<T, D, false, Mask, Score>;
+    auto* kernel = bp.deterministic ? bwd_sm90_kernel<T, D, true, kVarlen, Mask, Score>
+                                    : bwd_sm90_kernel<T, D, false, kVarlen, Mask, Score>;
     const dim3 grid((p.seqlen_k + Config::kBlockN - 1) / Config::kBlockN, p.heads_kv, p.batch);
     return launch_with_smem(kernel, grid, kThreads, Config::kSmemBytes, stream, params);
   });
 }
 
-template <typename T, int D, bool kLocal, bool kSoftcap>
-cudaError_t launch_variant(const BwdProblem& bp, cudaStream_t stream) {
-  return launch_policies<T, D, std::conditional_t<kLocal, sm90::LocalMask, sm90::AttentionMask>,
+template <typename T, int D, bool kVarlen, bool kLocal, bool kSoftcap>
+cudaError_t launch_policies_for(const BwdProblem& bp, cudaStream_t stream) {
+  return launch_policies<T, D, kVarlen, std::conditional_t<kLocal, sm90::LocalMask, sm90::AttentionMask>,
                          std::conditional_t<kSoftcap, sm90::SoftcapScore, sm90::PlainScore>>(bp, stream);
 }
 
-// Dense and causal here; the window and softcap variants in bwd_sm90_variants_hdim<D>.cu.
+template <typename T, int D, bool kLocal, bool kSoftcap>
+cudaError_t launch_variant(const BwdProblem& bp, cudaStream_t stream) {
+  return launch_policies_for<T, D, false, kLocal, kSoftcap>(bp, stream);
+}
+
+template <typename T, int D>
+cudaError_t launch_varlen(const BwdProblem& bp, cudaStream_t stream) {
+  const FwdProblem& p = bp.fwd;
+  if (p.local) return p.softcap > 0.f ? launch_policies_for<T, D, true, true, true>(bp, stream)
+                                       : launch_policies_for<T, D, true, true, false>(bp, stream);
+  return p.softcap > 0.f ? launch_policies_for<T, D, true, false, true>(bp, stream)
+                         : launch_policies_for<T, D, true, false, false>(bp, stream);
+}
+
+// Dense and causal here; the window and softcap variants in bwd_sm90_variants_hdim<D>.cu, every
+// variable-length batch in bwd_sm90_varlen_hdim<D>.cu.
 template <typename T, int D>
 cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream) {
   const FwdProblem& p = bp.fwd;
+  if (p.varlen()) return launch_varlen<T, D>(bp, stream);
   if (p.local) return p.softcap > 0.f ? launch_variant<T, D, true, true>(bp, stream)
                                        : launch_variant<T, D, true, false>(bp, stream);
   if (p.softcap > 0.f) return launch_variant<T, D, false, true>(bp, stream);
-  return launch_policies<T, D, sm90::AttentionMask, sm90::PlainScore>(bp, stream);
+  return launch_policies<T, D, false, sm90::AttentionMask, sm90::PlainScore>(bp, stream);
 }
 
 }  // namespace hfa::bwd_sm90

@@ -41,4 +41,9 @@ cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream);  // bwd_
 template <typename T, int D, bool kLocal, bool kSoftcap>
 cudaError_t launch_variant(const BwdProblem& bp, cudaStream_t stream);
 
+// A variable-length batch (FwdProblem::varlen()), with any mask and score; launch_backward calls
+// it for such problems. bwd_sm90_varlen_hdim<D>.cu.
+template <typename T, int D>
+cudaError_t launch_varlen(const BwdProblem& bp, cudaStream_t stream);
+
 }  // namespace hfa::bwd_sm90

@@ -75,7 +75,7 @@ __device__ __forceinline__ BackwardQRows<T> backward_q_rows(const BwdProblem& bp
            q_begin * bp.do_row_stride;
   r.dq = static_cast<T*>(bp.dq) + b * bp.dq_batch_stride + h * bp.dq_head_stride + q_begin * bp.dq_row_stride;
   r.lse = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + q_begin * p.lse_row_stride;
-  r.ws = workspace_rows(bp, b, h, q_begin);
+  r.ws = workspace_rows(bp, b, h, q_begin, p.varlen());
   return r;
 }
 

@@ -57,14 +57,16 @@ HFA_HOST_DEVICE inline int64_t dq_planes(const BwdProblem& bp) {
 // Where the workspace rows of (batch entry or sequence b, query head h) lie: query row i's
 // statistics are row_stats[stats + i] (float2s), its dQ accumulator row dq + i of dq_accum (rows
 // of head_dim floats), which is row dq_row0 + i of plane dq_plane. q_begin: a variable-length
-// sequence's first packed row (sequence_span), unused otherwise.
+// sequence's first packed row (sequence_span), unused otherwise; varlen: bp.fwd.varlen() (a
+// kernel that knows it at compile time passes the constant).
 struct WorkspaceRows {
   int64_t stats, dq, dq_plane, dq_row0;
 };
-HFA_HOST_DEVICE inline WorkspaceRows workspace_rows(const BwdProblem& bp, int b, int h, int q_begin) {
+HFA_HOST_DEVICE inline WorkspaceRows workspace_rows(const BwdProblem& bp, int b, int h, int q_begin,
+                                                    bool varlen) {
   const FwdProblem& p = bp.fwd;
-  const int64_t plane = p.varlen() ? h : static_cast<int64_t>(b) * p.heads_q + h;
-  const int64_t row0 = p.varlen() ? varlen_workspace_row0(q_begin, b) : 0;
+  const int64_t plane = varlen ? h : static_cast<int64_t>(b) * p.heads_q + h;
+  const int64_t row0 = varlen ? varlen_workspace_row0(q_begin, b) : 0;
   return WorkspaceRows{plane * bp.row_stats_rows + row0, plane * dq_plane_rows(bp) + row0, plane, row0};
 }
 

@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(kSinkGradThreads) backward_sink_grad_kernel(Bw
       q_begin = span.q_begin;
       seqlen_q = span.seqlen_q;
     }
-    const float2* stats = reinterpret_cast<const float2*>(bp.row_stats) + workspace_rows(bp, b, h, q_begin).stats;
+    const float2* stats = reinterpret_cast<const float2*>(bp.row_stats) + workspace_rows(bp, b, h, q_begin, p.varlen()).stats;
     for (int row = threadIdx.x; row < seqlen_q; row += kSinkGradThreads) {
       const float2 st = stats[row];  // (LSE2, D); a row that saw no key has LSE = sink, D = 0
       sum += exp2f(sink2 - st.x) * st.y;
