@@ -36,6 +36,35 @@ def flops(lens, heads, d, causal):
     return sum(4.0 * heads * d * s * s * (0.5 if causal else 1.0) for s in lens)
 
 
+def random_lengths(rng, args):
+    lens, left = [], args.total
+    while left > 0:
+        n = min(left, rng.randint(args.min, args.max))
+        lens.append(n)
+        left -= n
+    return lens
+
+
+def grad_timer(fn, inputs, dout):
+    """A callable running the backward of fn(*inputs) (graph built once, retained)."""
+    out = fn(*inputs)
+    return lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True)
+
+
+def nested_flash(causal):
+    """torch's FLASH backend through SDPA on nested jagged tensors (packed (total, heads, d) in and
+    out), for a batch's offsets."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+
+    def run(q, k, v, offsets):
+        nt = [torch.nested.nested_tensor_from_jagged(t, offsets).transpose(1, 2) for t in (q, k, v)]
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            o = F.scaled_dot_product_attention(*nt, is_causal=causal)
+        return o.transpose(1, 2).values()
+    return run
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--total", type=int, default=16384)
@@ -53,115 +82,48 @@ def main():
     fa3 = None
     if fa3_available():
         from fa3_fwd_interface import flash_attn_varlen_func as fa3
-    else:
+    elif not args.bwd:
         print("bench_varlen_peers: fa3 not importable (the fa3_fwd wheel): its rows say so", file=sys.stderr)
-    if args.bwd:
-        return backward_main(args, timer, rng)
+    # The forward: hfa's k6, FA3; the backward: bwd_sm90, torch FLASH (nested), FA3 (none).
+    kind, factor = ("bwd", 2.5) if args.bwd else ("fwd", 1.0)
+    hfa_name, peer = ("bwd_sm90", "sdpa_flash") if args.bwd else ("k6", "fa3")
     rows = []
-    print(f"{'d':>4} {'causal':>6} {'seqs':>4} {'mean':>5}  {'hfa':>7} {'fa3':>7} {'dense':>7}  hfa/fa3 hfa/dense")
+    print(f"{'d':>4} {'causal':>6} {'seqs':>4} {'mean':>5}  {'hfa':>7} {peer:>10} {'dense':>7}  hfa/peer hfa/dense")
     for d in (int(x) for x in args.headdims.split(",")):
         heads = 2048 // d
         for causal in (False, True):
             for _ in range(args.batches):
                 lens = random_lengths(rng, args)
                 cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
-                q, k, v = (torch.randn(args.total, heads, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-                mean = round(args.total / len(lens))
-                dense_batch = max(1, args.total // mean)
-                dq, dk, dv = (torch.randn(dense_batch, mean, heads, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-                f = flops(lens, heads, d, causal)
-                base = dict(dtype="bf16", d=d, causal=causal, heads_q=heads, heads_kv=heads, gbps=None,
-                            check=None)
-                varlen = dict(base, kind="fwd_varlen", seqlen_q=max(lens), seqlen_k=max(lens),
-                              batch=len(lens), total_q=args.total, varlen_lengths=lens)
-                results = {}
-                impls = [("k6", lambda: hfa.attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=causal))]
-                impls.append(("fa3", (lambda: fa3(q, k, v, cu, cu, max(lens), max(lens), causal=causal)) if fa3 else None))
-                impls.append(("dense", lambda: hfa.attention(dq, dk, dv, causal=causal)))
-                for name, fn in impls:
-                    if fn is None:
-                        rows.append(dict(varlen, impl=name, ms=None, tflops=None, error="not importable here"))
-                        continue
-                    try:
-                        ms, iters = timer.median_ms(fn)
-                    except Exception as e:  # a peer that cannot run is reported, never replaced
-                        rows.append(dict(varlen, impl=name, ms=None, tflops=None, error=str(e)[:300]))
-                        continue
-                    if name == "dense":
-                        df = flops([mean] * dense_batch, heads, d, causal)
-                        results[name] = df / (ms * 1e-3) / 1e12
-                        rows.append(dict(base, impl="k6", kind="fwd", seqlen_q=mean, seqlen_k=mean,
-                                         batch=dense_batch, ms=ms, tflops=results[name], iters=iters,
-                                         note="dense yardstick of the varlen batch before it"))
-                    else:
-                        results[name] = f / (ms * 1e-3) / 1e12
-                        rows.append(dict(varlen, impl=name, ms=ms, tflops=results[name], iters=iters))
-                h, a, dn = results.get("k6"), results.get("fa3"), results.get("dense")
-                fmt = lambda x: f"{x:7.1f}" if x else "      -"
-                ratio = lambda x, y: f"{x / y:7.3f}" if x and y else "      -"
-                print(f"{d:4d} {int(causal):6d} {len(lens):4d} {mean:5d}  {fmt(h)} {fmt(a)} {fmt(dn)}  {ratio(h, a)} {ratio(h, dn)}",
-                      flush=True)
-    if args.json:
-        write_run_json(args.json, rows)
-
-
-def random_lengths(rng, args):
-    lens, left = [], args.total
-    while left > 0:
-        n = min(left, rng.randint(args.min, args.max))
-        lens.append(n)
-        left -= n
-    return lens
-
-
-def grad_timer(fn, inputs, dout):
-    """A callable running the backward of fn(*inputs) (graph built once, retained)."""
-    out = fn(*inputs)
-    return lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True)
-
-
-def backward_main(args, timer, rng):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    import torch.nn.functional as F
-    rows = []
-    print(f"{'d':>4} {'causal':>6} {'seqs':>4} {'mean':>5}  {'hfa':>7} {'flash':>7} {'dense':>7}  hfa/flash hfa/dense")
-    for d in (int(x) for x in args.headdims.split(",")):
-        heads = 2048 // d
-        for causal in (False, True):
-            for _ in range(args.batches):
-                lens = random_lengths(rng, args)
-                cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
-                q, k, v = (torch.randn(args.total, heads, d, device="cuda", dtype=torch.bfloat16,
-                                       requires_grad=True) for _ in range(3))
-                dout = torch.randn_like(q)
+                packed = lambda n: torch.randn(n, heads, d, device="cuda", dtype=torch.bfloat16,
+                                               requires_grad=args.bwd)
+                q, k, v = (packed(args.total) for _ in range(3))
                 mean = round(args.total / len(lens))
                 dense_batch = max(1, args.total // mean)
                 dense = [torch.randn(dense_batch, mean, heads, d, device="cuda", dtype=torch.bfloat16,
-                                     requires_grad=True) for _ in range(3)]
-                f = 2.5 * flops(lens, heads, d, causal)
-                base = dict(dtype="bf16", d=d, causal=causal, heads_q=heads, heads_kv=heads, gbps=None, check=None)
-                varlen = dict(base, kind="bwd_varlen", seqlen_q=max(lens), seqlen_k=max(lens),
+                                     requires_grad=args.bwd) for _ in range(3)]
+                base = dict(dtype="bf16", d=d, causal=causal, heads_q=heads, heads_kv=heads, gbps=None,
+                            check=None)
+                varlen = dict(base, kind=kind + "_varlen", seqlen_q=max(lens), seqlen_k=max(lens),
                               batch=len(lens), total_q=args.total, varlen_lengths=lens)
-                offsets = cu.long()
-
-                def flash_nested(q, k, v):
-                    nt = [torch.nested.nested_tensor_from_jagged(t, offsets).transpose(1, 2) for t in (q, k, v)]
-                    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                        o = F.scaled_dot_product_attention(*nt, is_causal=causal)
-                    return o.transpose(1, 2).values()
-
+                ours = lambda q, k, v: hfa.attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=causal)
+                theirs = lambda q, k, v: fa3(q, k, v, cu, cu, max(lens), max(lens), causal=causal)
+                dense_fn = lambda q, k, v: hfa.attention(q, k, v, causal=causal)
+                if args.bwd:
+                    flash = nested_flash(causal)
+                    dout = torch.randn_like(q)
+                    impls = [(hfa_name, lambda: grad_timer(ours, (q, k, v), dout), None),
+                             (peer, lambda: grad_timer(lambda *x: flash(*x, cu.long()), (q, k, v), dout), None),
+                             ("fa3", None, "the fa3_fwd wheel has no backward"),
+                             ("dense", lambda: grad_timer(dense_fn, tuple(dense), torch.randn_like(dense[0])), None)]
+                else:
+                    impls = [(hfa_name, lambda: (lambda: ours(q, k, v)), None),
+                             (peer, (lambda: (lambda: theirs(q, k, v))) if fa3 else None, "not importable here"),
+                             ("dense", lambda: (lambda: dense_fn(*dense)), None)]
                 results = {}
-                impls = [("bwd_sm90", lambda: grad_timer(
-                             lambda q, k, v: hfa.attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=causal),
-                             (q, k, v), dout)),
-                         ("sdpa_flash", lambda: grad_timer(flash_nested, (q, k, v), dout)),
-                         ("fa3", None),
-                         ("dense", lambda: grad_timer(lambda q, k, v: hfa.attention(q, k, v, causal=causal),
-                                                      tuple(dense), torch.randn_like(dense[0])))]
-                for name, make in impls:
+                for name, make, why in impls:
                     if make is None:
-                        rows.append(dict(varlen, impl=name, ms=None, tflops=None,
-                                         error="the fa3_fwd wheel has no backward"))
+                        rows.append(dict(varlen, impl=name, ms=None, tflops=None, error=why))
                         continue
                     try:
                         ms, iters = timer.median_ms(make())
@@ -170,17 +132,17 @@ def backward_main(args, timer, rng):
                         print(f"  {name}: {str(e)[:200]}", file=sys.stderr)
                         continue
                     if name == "dense":
-                        results[name] = 2.5 * flops([mean] * dense_batch, heads, d, causal) / (ms * 1e-3) / 1e12
-                        rows.append(dict(base, impl="bwd_sm90", kind="bwd", seqlen_q=mean, seqlen_k=mean,
+                        results[name] = factor * flops([mean] * dense_batch, heads, d, causal) / (ms * 1e-3) / 1e12
+                        rows.append(dict(base, impl=hfa_name, kind=kind, seqlen_q=mean, seqlen_k=mean,
                                          batch=dense_batch, ms=ms, tflops=results[name], iters=iters,
                                          note="dense yardstick of the varlen batch before it"))
                     else:
-                        results[name] = f / (ms * 1e-3) / 1e12
+                        results[name] = factor * flops(lens, heads, d, causal) / (ms * 1e-3) / 1e12
                         rows.append(dict(varlen, impl=name, ms=ms, tflops=results[name], iters=iters))
-                h, a, dn = results.get("bwd_sm90"), results.get("sdpa_flash"), results.get("dense")
+                h, a, dn = results.get(hfa_name), results.get(peer), results.get("dense")
                 fmt = lambda x: f"{x:7.1f}" if x else "      -"
-                ratio = lambda x, y: f"{x / y:9.3f}" if x and y else "        -"
-                print(f"{d:4d} {int(causal):6d} {len(lens):4d} {mean:5d}  {fmt(h)} {fmt(a)} {fmt(dn)}  {ratio(h, a)} {ratio(h, dn)}",
+                ratio = lambda x, y: f"{x / y:8.3f}" if x and y else "       -"
+                print(f"{d:4d} {int(causal):6d} {len(lens):4d} {mean:5d}  {fmt(h)} {fmt(a):>10} {fmt(dn)}  {ratio(h, a)} {ratio(h, dn)}",
                       flush=True)
     if args.json:
         write_run_json(args.json, rows)

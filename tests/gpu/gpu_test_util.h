@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "check/check.h"
+#include "check/sm_occupier.h"
 #include "hfa/hfa.h"
 #include "hfa_build_config.h"
 
@@ -122,6 +123,29 @@ inline std::vector<unsigned char> download_bytes(
                          cudaMemcpyDeviceToHost), cudaSuccess);
   }
   return bytes;
+}
+
+// Runs the (deterministic) backward `bwd` on buf three times, the gradients poisoned before each,
+// the second run with only 4 of the GPU's SMs free (the others held by check::SmOccupier, so the
+// KV blocks finish in another order), and expects dq, dk, dv bit-identical. `what` names the case
+// in failures; kUnsupported skips.
+inline void expect_backward_bit_identical_on_fewer_sms(check::DeviceBuffers& buf, const BackwardArgs& bwd,
+                                                       const std::string& what) {
+  std::vector<std::vector<unsigned char>> outs;
+  for (int run = 0; run < 3; ++run) {
+    for (const auto* t : {&buf.dq, &buf.dk, &buf.dv})
+      ASSERT_EQ(cudaMemset(t->data, 0xFF, t->alloc_elems * size_of(t->view.dtype)), cudaSuccess);
+    check::SmOccupier occupier;
+    if (run == 1) ASSERT_TRUE(occupier.occupy(/*free_sms=*/4).ok());
+    const Status st = backward(bwd);
+    if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << st.message;
+    ASSERT_TRUE(st.ok()) << st.message;
+    ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+    ASSERT_TRUE(occupier.release().ok());
+    outs.push_back(download_bytes({&buf.dq, &buf.dk, &buf.dv}));
+  }
+  EXPECT_TRUE(outs[0] == outs[1]) << what << ": the run on 4 SMs differs";
+  EXPECT_TRUE(outs[0] == outs[2]) << what << ": two full-GPU runs differ";
 }
 
 }  // namespace hfa::testing

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "check/check.h"
-#include "check/sm_occupier.h"
 #include "gpu_test_util.h"
 
 namespace hfa::testing {
@@ -299,21 +298,7 @@ TEST(BackwardVarlenDeterministic, BitIdenticalOnFewerSms) {
   ASSERT_TRUE(forward(fwd).ok());
   BackwardArgs bwd = buf.backward_args();
   bwd.deterministic = true;
-  std::vector<std::vector<unsigned char>> outs;
-  for (int run = 0; run < 3; ++run) {
-    for (const auto* t : {&buf.dq, &buf.dk, &buf.dv})
-      ASSERT_EQ(cudaMemset(t->data, 0xFF, t->alloc_elems * size_of(t->view.dtype)), cudaSuccess);
-    check::SmOccupier occupier;
-    if (run == 1) ASSERT_TRUE(occupier.occupy(/*free_sms=*/4).ok());
-    const Status st = backward(bwd);
-    if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << st.message;
-    ASSERT_TRUE(st.ok()) << st.message;
-    ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
-    ASSERT_TRUE(occupier.release().ok());
-    outs.push_back(download_bytes({&buf.dq, &buf.dk, &buf.dv}));
-  }
-  EXPECT_TRUE(outs[0] == outs[1]) << "the run on 4 SMs differs";
-  EXPECT_TRUE(outs[0] == outs[2]) << "two full-GPU runs differ";
+  expect_backward_bit_identical_on_fewer_sms(buf, bwd, "varlen");
 }
 
 }  // namespace

@@ -24,7 +24,9 @@
 // (kernels/common/backward_passes.cuh); causal block skipping and the Q-block walk over the GQA
 // group too. Deterministic mode (a kernel of its own): each slab's reduction waits for its turn
 // (DqTurns, in descending KV-block order) and passes it on once it has completed (with the causal
-// mask, at the next block's reductions).
+// mask, at the next block's reductions). Variable-length batches (a kernel of their own too): the
+// CTA works on its sequence as a dense problem, the grid's third axis being the sequences and the
+// workspace laid out per sequence (backward_workspace.h).
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -151,10 +153,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // (sequence_span), whose first packed rows `at` the TMA coordinates and the stores add, while
   // the descriptors span the packed tensors (tma_b: their batch entry). The grid is sized by
   // max_seqlen_k: a CTA past its sequence's keys zeroes the gradients of the rows it spans but
-  // does not use (past seqused_k) and leaves.
-  // The consumers keep only the lengths and the sequence's first query row through the walk
-  // (its first key row and extent are read again for the stores: in registers across the walk
-  // they spilled).
+  // does not use (past seqused_k) and leaves. Only the lengths and the first query row live
+  // through the walk: the first key row and the extent are read again for the stores
+  // (gradient_rows; kept in registers across the walk, they spilled).
   FwdProblem sequence;
   SequenceOffsets at;
   if constexpr (kVarlen) {
