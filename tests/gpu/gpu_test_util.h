@@ -111,6 +111,18 @@ inline void expect_forward_pass(const check::Config& c, uint64_t seed, int64_t m
   EXPECT_TRUE(r.pass) << c.describe() << " seed " << seed << ": " << r.message;
 }
 
+// The same for a backward configuration (check::run_check_backward, up to max_groups (batch, KV
+// head) groups; 0: all).
+inline void expect_backward_pass(const check::Config& c, uint64_t seed, int max_groups = 0) {
+  check::DeviceBuffers buf;
+  ASSERT_TRUE(buf.allocate(c).ok());
+  check::BackwardCheckResult r;
+  const Status st = check::run_check_backward(buf, seed, max_groups, &r);
+  if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << c.describe() << ": " << st.message;
+  ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
+  EXPECT_TRUE(r.pass) << c.describe() << " seed " << seed << ": " << r.message;
+}
+
 // The bytes of device tensors (whole allocations, padding included), one after another: what a
 // test compares bit for bit between runs, or with the poison pattern.
 inline std::vector<unsigned char> download_bytes(

@@ -29,17 +29,6 @@ check::Config backward_config(const MatrixParam& p, const ShapeCase& s) {
   return c;
 }
 
-// Allocates and checks; kUnsupported skips (loudly), any other error fails.
-void expect_backward_pass(const check::Config& c, uint64_t seed, int max_groups = 0) {
-  check::DeviceBuffers buf;
-  ASSERT_TRUE(buf.allocate(c).ok());
-  check::BackwardCheckResult r;
-  const Status st = check::run_check_backward(buf, seed, max_groups, &r);
-  if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << c.describe() << ": " << st.message;
-  ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
-  EXPECT_TRUE(r.pass) << c.describe() << " seed " << seed << ": " << r.message;
-}
-
 // Allocates c's buffers, fills the inputs and dout, and runs a forward for out and lse (any
 // correct forward: "auto").
 void prepare_backward_inputs(check::DeviceBuffers& buf, const check::Config& c, uint64_t seed) {

@@ -202,17 +202,6 @@ check::Config backward_varlen_config(const BackwardVarlenParam& p, const PackedC
   return c;
 }
 
-// Runs and checks one configuration; kUnsupported skips (loudly), any other error fails.
-void expect_backward_varlen_pass(const check::Config& c, uint64_t seed, int max_groups = 0) {
-  check::DeviceBuffers buf;
-  ASSERT_TRUE(buf.allocate(c).ok());
-  check::BackwardCheckResult r;
-  const Status st = check::run_check_backward(buf, seed, max_groups, &r);
-  if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << c.describe() << ": " << st.message;
-  ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
-  EXPECT_TRUE(r.pass) << c.describe() << " seed " << seed << ": " << r.message;
-}
-
 class BackwardVarlen : public ::testing::TestWithParam<BackwardVarlenParam> {};
 
 TEST_P(BackwardVarlen, MatchesReference) {
@@ -221,7 +210,7 @@ TEST_P(BackwardVarlen, MatchesReference) {
   uint64_t seed = test_seed(backward_varlen_name({p, 0}));
   int n = 0;
   for (const PackedCase& pc : kCases) {
-    expect_backward_varlen_pass(backward_varlen_config(p, pc, n++), ++seed);
+    expect_backward_pass(backward_varlen_config(p, pc, n++), ++seed);
     if (IsSkipped() || HasFatalFailure()) return;
   }
 }
@@ -235,7 +224,7 @@ TEST(BackwardVarlenLong, MatchesReference) {
   for (bool causal : {false, true}) {
     BackwardVarlenParam p{"auto", compiled_head_dims()[0], DType::kBF16, kModes[causal ? 1 : 0], false};
     PackedCase pc{"long", {1500, 700, 2100}, {1500, 900, 2100}, {}, 2, 8, 2};
-    expect_backward_varlen_pass(backward_varlen_config(p, pc, 0), test_seed("BackwardVarlenLong") + causal,
+    expect_backward_pass(backward_varlen_config(p, pc, 0), test_seed("BackwardVarlenLong") + causal,
                                 /*max_groups=*/2);
     if (IsSkipped() || HasFatalFailure()) return;
   }
