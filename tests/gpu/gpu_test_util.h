@@ -99,6 +99,19 @@ inline uint64_t test_seed(const std::string& test_name) {
   return std::hash<std::string>{}(test_name) ^ ::testing::UnitTest::GetInstance()->random_seed();
 }
 
+// The body of a matrix test: run(case, n, seed) for each of `cases` in order (n counts from 0,
+// the seeds from test_seed(name) + 1), stopping at the first case that skips or fails fatally
+// (an unsupported configuration skips the rest of the cell, loudly).
+template <class Cases, class Run>
+void for_each_case(const std::string& name, const Cases& cases, Run run) {
+  uint64_t seed = test_seed(name);
+  int n = 0;
+  for (const auto& c : cases) {
+    run(c, n++, ++seed);
+    if (::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 // Runs and checks one forward configuration against the reference (check::run_check, up to
 // max_rows rows): a configuration the kernel declares unsupported (e.g. shared memory) skips the
 // test, loudly (callers stop on ::testing::Test::IsSkipped()); anything else that stops it from

@@ -24,14 +24,11 @@ class KernelMatrix : public ::testing::TestWithParam<MatrixParam> {};
 TEST_P(KernelMatrix, MatchesReference) {
   HFA_SKIP_WITHOUT_GPU();
   const MatrixParam& p = GetParam();
-  uint64_t seed = test_seed(param_name({p, 0}));
-  int n = 0;
-  for (const ShapeCase& s : kShapes) {
+  for_each_case(param_name({p, 0}), kShapes, [&](const ShapeCase& s, int n, uint64_t seed) {
     check::Config c = matrix_config(p, s);
-    c.layout = kLayouts[n++ % 3];
-    expect_forward_pass(c, ++seed, kMaxRowsChecked);
-    if (IsSkipped() || HasFatalFailure()) return;
-  }
+    c.layout = kLayouts[n % 3];
+    expect_forward_pass(c, seed, kMaxRowsChecked);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKernels, KernelMatrix, ::testing::ValuesIn(matrix(kernel_names())),

@@ -81,12 +81,9 @@ class ForwardVariants : public ::testing::TestWithParam<VariantParam> {};
 TEST_P(ForwardVariants, MatchReference) {
   HFA_SKIP_WITHOUT_GPU();
   const VariantParam& p = GetParam();
-  uint64_t seed = test_seed(variant_param_name({p, 0}));
-  int n = 0;
-  for (const ShapeCase& s : kForwardShapes) {
-    expect_forward_pass(variant_config(p, s, n++), ++seed, /*max_rows=*/768);
-    if (IsSkipped() || HasFatalFailure()) return;
-  }
+  for_each_case(variant_param_name({p, 0}), kForwardShapes, [&](const ShapeCase& s, int n, uint64_t seed) {
+    expect_forward_pass(variant_config(p, s, n), seed, /*max_rows=*/768);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(VariantKernels, ForwardVariants, ::testing::ValuesIn(params_for(list_kernels())),

@@ -96,12 +96,9 @@ class ForwardVarlen : public ::testing::TestWithParam<VarlenParam> {};
 TEST_P(ForwardVarlen, MatchReference) {
   HFA_SKIP_WITHOUT_GPU();
   const VarlenParam& p = GetParam();
-  uint64_t seed = test_seed(varlen_param_name({p, 0}));
-  int n = 0;
-  for (const PackedCase& pc : kCases) {
-    expect_forward_pass(varlen_config(p, pc, n++), ++seed, /*max_rows=*/0);
-    if (IsSkipped() || HasFatalFailure()) return;
-  }
+  for_each_case(varlen_param_name({p, 0}), kCases, [&](const PackedCase& pc, int n, uint64_t seed) {
+    expect_forward_pass(varlen_config(p, pc, n), seed, /*max_rows=*/0);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(VarlenKernels, ForwardVarlen, ::testing::ValuesIn(varlen_params()),
@@ -207,12 +204,9 @@ class BackwardVarlen : public ::testing::TestWithParam<BackwardVarlenParam> {};
 TEST_P(BackwardVarlen, MatchesReference) {
   HFA_SKIP_WITHOUT_GPU();
   const BackwardVarlenParam& p = GetParam();
-  uint64_t seed = test_seed(backward_varlen_name({p, 0}));
-  int n = 0;
-  for (const PackedCase& pc : kCases) {
-    expect_backward_pass(backward_varlen_config(p, pc, n++), ++seed);
-    if (IsSkipped() || HasFatalFailure()) return;
-  }
+  for_each_case(backward_varlen_name({p, 0}), kCases, [&](const PackedCase& pc, int n, uint64_t seed) {
+    expect_backward_pass(backward_varlen_config(p, pc, n), seed);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(VarlenBackwardKernels, BackwardVarlen,

@@ -87,30 +87,38 @@ void set_attention_args(Args* args, const at::Tensor& q, const at::Tensor& k, co
   if (sinks) args->sinks = to_view(*sinks, "sinks", device);
 }
 
-// A variable-length batch's arguments (ForwardArgs / BackwardArgs::cu_seqlens_q ...).
+// A variable-length batch's arguments (ForwardArgs / BackwardArgs::cu_seqlens_q ...), as the
+// *_varlen entry points take them; the dense ones pass none.
+struct VarlenTensors {
+  const at::Tensor& cu_seqlens_q;
+  const at::Tensor& cu_seqlens_k;
+  int64_t max_seqlen_q, max_seqlen_k;
+  const std::optional<at::Tensor>& seqused_k;
+};
 template <class Args>
-void set_varlen_args(Args* args, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
-                     int64_t max_seqlen_q, int64_t max_seqlen_k,
-                     const std::optional<at::Tensor>& seqused_k, const at::Device& device) {
-  args->cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q", device);
-  args->cu_seqlens_k = to_view(cu_seqlens_k, "cu_seqlens_k", device);
-  for (const auto& [value, name] : {std::pair{max_seqlen_q, "max_seqlen_q"}, std::pair{max_seqlen_k, "max_seqlen_k"}})
+void set_varlen_args(Args* args, const VarlenTensors* varlen, const at::Device& device) {
+  if (!varlen) return;
+  args->cu_seqlens_q = to_view(varlen->cu_seqlens_q, "cu_seqlens_q", device);
+  args->cu_seqlens_k = to_view(varlen->cu_seqlens_k, "cu_seqlens_k", device);
+  for (const auto& [value, name] : {std::pair{varlen->max_seqlen_q, "max_seqlen_q"},
+                                    std::pair{varlen->max_seqlen_k, "max_seqlen_k"}})
     if (value < 0 || value > INT32_MAX)
       throw std::invalid_argument(std::string(name) + ": " + std::to_string(value) + "; must be in [0, 2^31)");
-  args->max_seqlen_q = static_cast<int>(max_seqlen_q);
-  args->max_seqlen_k = static_cast<int>(max_seqlen_k);
-  if (seqused_k) args->seqused_k = to_view(*seqused_k, "seqused_k", device);
+  args->max_seqlen_q = static_cast<int>(varlen->max_seqlen_q);
+  args->max_seqlen_k = static_cast<int>(varlen->max_seqlen_k);
+  if (varlen->seqused_k) args->seqused_k = to_view(*varlen->seqused_k, "seqused_k", device);
 }
 
-// Writes out (and lse, if given) in place; the Python custom op allocates them. The descales:
-// fp32 (batch, heads_kv), or the block descales (ForwardArgs), with float8_e4m3fn q/k/v only.
-void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
-             std::optional<at::Tensor> lse, bool causal, std::optional<double> softmax_scale,
-             const std::string& kernel, std::optional<at::Tensor> q_descale,
-             std::optional<at::Tensor> k_descale, std::optional<at::Tensor> v_descale,
-             std::optional<at::Tensor> q_block_descale, std::optional<at::Tensor> k_block_descale,
-             int64_t window_left, int64_t window_right, double softcap,
-             std::optional<at::Tensor> sinks) {
+// The forward of every op: out (and lse, if given) written in place, a variable-length batch's
+// arguments when given.
+void run_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
+                 const std::optional<at::Tensor>& lse, bool causal, std::optional<double> softmax_scale,
+                 const std::string& kernel, const std::optional<at::Tensor>& q_descale,
+                 const std::optional<at::Tensor>& k_descale, const std::optional<at::Tensor>& v_descale,
+                 const std::optional<at::Tensor>& q_block_descale,
+                 const std::optional<at::Tensor>& k_block_descale, int64_t window_left,
+                 int64_t window_right, double softcap, const std::optional<at::Tensor>& sinks,
+                 const VarlenTensors* varlen) {
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
   hfa::ForwardArgs args;
@@ -122,7 +130,21 @@ void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::
   if (v_descale) args.v_descale = to_view(*v_descale, "v_descale", device);
   if (q_block_descale) args.q_block_descale = to_view(*q_block_descale, "q_block_descale", device);
   if (k_block_descale) args.k_block_descale = to_view(*k_block_descale, "k_block_descale", device);
+  set_varlen_args(&args, varlen, device);
   throw_if_error(hfa::forward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
+}
+
+// Writes out (and lse, if given) in place; the Python custom op allocates them. The descales:
+// fp32 (batch, heads_kv), or the block descales (ForwardArgs), with float8_e4m3fn q/k/v only.
+void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
+             std::optional<at::Tensor> lse, bool causal, std::optional<double> softmax_scale,
+             const std::string& kernel, std::optional<at::Tensor> q_descale,
+             std::optional<at::Tensor> k_descale, std::optional<at::Tensor> v_descale,
+             std::optional<at::Tensor> q_block_descale, std::optional<at::Tensor> k_block_descale,
+             int64_t window_left, int64_t window_right, double softcap,
+             std::optional<at::Tensor> sinks) {
+  run_forward(q, k, v, out, lse, causal, softmax_scale, kernel, q_descale, k_descale, v_descale,
+              q_block_descale, k_block_descale, window_left, window_right, softcap, sinks, nullptr);
 }
 
 // A variable-length batch's forward (ForwardArgs::cu_seqlens_q ...): packed (total, heads,
@@ -134,14 +156,10 @@ void forward_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
                     std::optional<double> softmax_scale, const std::string& kernel,
                     int64_t window_left, int64_t window_right, double softcap,
                     std::optional<at::Tensor> sinks) {
-  const at::Device device = cuda_device_of(q);
-  const c10::cuda::CUDAGuard guard(device);
-  hfa::ForwardArgs args;
-  set_attention_args(&args, q, k, v, out, causal, softmax_scale, kernel, window_left, window_right,
-                     softcap, sinks, device);
-  if (lse) args.lse = to_view(*lse, "lse", device);
-  set_varlen_args(&args, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, device);
-  throw_if_error(hfa::forward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
+  const VarlenTensors varlen{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k};
+  run_forward(q, k, v, out, lse, causal, softmax_scale, kernel, std::nullopt, std::nullopt,
+              std::nullopt, std::nullopt, std::nullopt, window_left, window_right, softcap, sinks,
+              &varlen);
 }
 
 // hfa::quantize_fp8 into preallocated e4m3 tensors and fp32 descales (the Python op allocates).
@@ -168,19 +186,28 @@ void quantize_fp8(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   throw_if_error(hfa::quantize_fp8(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
 }
 
-// What backward() and backward_varlen() add to set_attention_args: dout, lse, the gradients
-// (dsinks if given) and the mode.
-void set_gradient_args(hfa::BackwardArgs* args, const at::Tensor& dout, const at::Tensor& lse,
-                       at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
-                       const std::optional<at::Tensor>& dsinks, bool deterministic,
-                       const at::Device& device) {
-  if (dsinks) args->dsinks = to_view(*dsinks, "dsinks", device);
-  args->dout = to_view(dout, "dout", device);
-  args->lse = to_view(lse, "lse", device);
-  args->dq = to_view(dq, "dq", device);
-  args->dk = to_view(dk, "dk", device);
-  args->dv = to_view(dv, "dv", device);
-  args->deterministic = deterministic;
+// The backward of every op: dq, dk, dv (and dsinks, if given) written in place, a
+// variable-length batch's arguments when given.
+void run_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                  const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk,
+                  at::Tensor& dv, bool causal, std::optional<double> softmax_scale,
+                  const std::string& kernel, bool deterministic, int64_t window_left,
+                  int64_t window_right, double softcap, const std::optional<at::Tensor>& sinks,
+                  const std::optional<at::Tensor>& dsinks, const VarlenTensors* varlen) {
+  const at::Device device = cuda_device_of(q);
+  const c10::cuda::CUDAGuard guard(device);
+  hfa::BackwardArgs args;
+  set_attention_args(&args, q, k, v, out, causal, softmax_scale, kernel, window_left, window_right,
+                     softcap, sinks, device);
+  if (dsinks) args.dsinks = to_view(*dsinks, "dsinks", device);
+  args.dout = to_view(dout, "dout", device);
+  args.lse = to_view(lse, "lse", device);
+  args.dq = to_view(dq, "dq", device);
+  args.dk = to_view(dk, "dk", device);
+  args.dv = to_view(dv, "dv", device);
+  args.deterministic = deterministic;
+  set_varlen_args(&args, varlen, device);
+  throw_if_error(hfa::backward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
 }
 
 // Writes dq, dk, dv (and dsinks, if given) in place; the Python custom op allocates them.
@@ -190,13 +217,8 @@ void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, con
               const std::string& kernel, bool deterministic, int64_t window_left,
               int64_t window_right, double softcap, std::optional<at::Tensor> sinks,
               std::optional<at::Tensor> dsinks) {
-  const at::Device device = cuda_device_of(q);
-  const c10::cuda::CUDAGuard guard(device);
-  hfa::BackwardArgs args;
-  set_attention_args(&args, q, k, v, out, causal, softmax_scale, kernel, window_left, window_right,
-                     softcap, sinks, device);
-  set_gradient_args(&args, dout, lse, dq, dk, dv, dsinks, deterministic, device);
-  throw_if_error(hfa::backward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
+  run_backward(q, k, v, out, dout, lse, dq, dk, dv, causal, softmax_scale, kernel, deterministic,
+               window_left, window_right, softcap, sinks, dsinks, nullptr);
 }
 
 // A variable-length batch's backward: packed tensors (forward_varlen), gradients in place.
@@ -208,14 +230,9 @@ void backward_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                      std::optional<double> softmax_scale, const std::string& kernel,
                      bool deterministic, int64_t window_left, int64_t window_right, double softcap,
                      std::optional<at::Tensor> sinks, std::optional<at::Tensor> dsinks) {
-  const at::Device device = cuda_device_of(q);
-  const c10::cuda::CUDAGuard guard(device);
-  hfa::BackwardArgs args;
-  set_attention_args(&args, q, k, v, out, causal, softmax_scale, kernel, window_left, window_right,
-                     softcap, sinks, device);
-  set_gradient_args(&args, dout, lse, dq, dk, dv, dsinks, deterministic, device);
-  set_varlen_args(&args, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, device);
-  throw_if_error(hfa::backward(args, c10::cuda::getCurrentCUDAStream(device.index()).stream()));
+  const VarlenTensors varlen{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k};
+  run_backward(q, k, v, out, dout, lse, dq, dk, dv, causal, softmax_scale, kernel, deterministic,
+               window_left, window_right, softcap, sinks, dsinks, &varlen);
 }
 
 // hfa::decode's arguments from the Python op's tensors.
