@@ -189,6 +189,27 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.hfa.attention_fwd.default, (q, k, v, True, None, "auto"))
 
 
+def test_export_matches_eager():
+    class Block(torch.nn.Module):
+        def forward(self, q, k, v):
+            return hfa.attention(q, k, v, causal=True, window_size=(48, 0), softcap=30.0)
+
+    q, k, v = _qkv()
+    program = torch.export.export(Block(), (q, k, v))
+    assert any(n.target is torch.ops.hfa.attention_fwd.default for n in program.graph.nodes)
+    assert torch.equal(program.module()(q, k, v), Block()(q, k, v))
+
+
+def test_ops_and_autograd_are_cpp_kernels():
+    # The eager path never enters Python below hfa.attention: the op's CUDA and Autograd kernels
+    # are libhfa_torch.so's (a torch.library.custom_op would show Python kernels here).
+    for name in ("attention_fwd", "attention_varlen_fwd"):
+        lines = torch._C._dispatch_dump(f"hfa::{name}").splitlines()
+        for key in ("CUDA:", "Autograd[alias]:"):
+            line = next((x for x in lines if x.startswith(key)), f"{key} none")
+            assert "csrc/ops_attention.cpp" in line, line
+
+
 # ---- Backward: gradients against SDPA's math backend in fp32 ------------------------------------
 
 BWD_CASES = [

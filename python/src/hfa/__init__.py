@@ -3,16 +3,20 @@
     import hfa
     out = hfa.attention(q, k, v, causal=True)          # q: (batch, seqlen, heads, head_dim)
 
-The op is registered with torch.library as ``hfa::attention_fwd`` (with a fake implementation),
-so ``torch.compile(fullgraph=True)`` traces it without graph breaks, and it is differentiable:
-its backward is ``hfa::attention_bwd`` (the library's backward kernel, "auto"). Errors are the
-C++ library's validation messages, raised as ValueError.
+The ops are C++ (libhfa_torch.so, ``TORCH_LIBRARY(hfa)``: ``torch.ops.hfa.attention_fwd`` and the
+rest), with fake implementations (``hfa._fake``), so ``torch.compile(fullgraph=True)`` and
+``torch.export`` trace them without graph breaks; autograd is C++ too: the backward of
+``hfa::attention_fwd`` is ``hfa::attention_bwd`` (the library's backward kernel, "auto"). An
+eager call costs the dispatcher and the library's host work, no Python layer. Errors are the C++
+library's validation messages, raised as ValueError.
 """
+import json
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
-from . import _C  # the compiled binding; loads libhfa.so shipped next to it
+from . import _library  # noqa: F401  (loads libhfa_torch.so: the ops torch.ops.hfa.*)
+from . import _fake  # noqa: F401  (their fake implementations, for torch.compile / torch.export)
 
 __all__ = ["attention", "attention_varlen", "attention_with_kvcache", "plan_decode", "DecodePlan", "quantize_fp8",
            "Fp8Inputs", "list_kernels", "list_backward_kernels", "select_kernel",
@@ -20,111 +24,12 @@ __all__ = ["attention", "attention_varlen", "attention_with_kvcache", "plan_deco
            "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
            "flash_attn_with_kvcache"]
 
-
-def _check_rank(q: torch.Tensor) -> None:
-    if q.dim() != 4:
-        raise ValueError(f"q: expected rank 4 (batch, seqlen, heads, head_dim), got rank {q.dim()}")
-
-
-def _out_dtype(q: torch.Tensor, out_dtype: Optional[torch.dtype]) -> torch.dtype:
-    """out has q's dtype, except for float8_e4m3fn inputs: bfloat16 unless out_dtype says float16."""
-    if q.dtype != torch.float8_e4m3fn:
-        if out_dtype is not None and out_dtype != q.dtype:
-            raise ValueError(f"out_dtype: {out_dtype} differs from q's {q.dtype}; only float8 "
-                             "inputs choose their output dtype")
-        return q.dtype
-    if out_dtype not in (None, torch.bfloat16, torch.float16):
-        raise ValueError(f"out_dtype: {out_dtype}; with float8_e4m3fn inputs out is bfloat16 or float16")
-    return out_dtype or torch.bfloat16
-
-
-@torch.library.custom_op("hfa::attention_fwd", mutates_args=())
-def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                   softmax_scale: Optional[float], kernel: str,
-                   q_descale: Optional[torch.Tensor] = None, k_descale: Optional[torch.Tensor] = None,
-                   v_descale: Optional[torch.Tensor] = None,
-                   out_dtype: Optional[torch.dtype] = None,
-                   q_block_descale: Optional[torch.Tensor] = None,
-                   k_block_descale: Optional[torch.Tensor] = None,
-                   deterministic: bool = False,
-                   backward_kernel: str = "auto",
-                   window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                   sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    # deterministic and backward_kernel are the backward's (saved for it by _setup_context); the
-    # forward is deterministic anyway.
-    _check_rank(q)
-    out = torch.empty(q.shape, dtype=_out_dtype(q, out_dtype), device=q.device)
-    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-    _C.forward(q, k, v, out, lse, causal, softmax_scale, kernel, q_descale, k_descale, v_descale,
-               q_block_descale, k_block_descale, window_left, window_right, softcap, sinks)
-    return out, lse
-
-
-@_attention_fwd.register_fake
-def _(q, k, v, causal, softmax_scale, kernel, q_descale=None, k_descale=None, v_descale=None,
-      out_dtype=None, q_block_descale=None, k_block_descale=None, deterministic=False,
-      backward_kernel="auto", window_left=-1, window_right=-1, softcap=0.0, sinks=None):
-    _check_rank(q)
-    out = q.new_empty(q.shape, dtype=_out_dtype(q, out_dtype))
-    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
-    return out, lse
-
-
-@torch.library.custom_op("hfa::attention_bwd", mutates_args=())
-def _attention_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                   dout: torch.Tensor, lse: torch.Tensor, causal: bool,
-                   softmax_scale: Optional[float],
-                   deterministic: bool = False,
-                   backward_kernel: str = "auto",
-                   window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                   sinks: Optional[torch.Tensor] = None
-                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    # (Not named "kernel": Inductor's fallback for a custom op takes a "kernel" argument of its own.)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    # dsinks: the sinks' gradient (fp32, like the sinks), or an empty tensor without sinks.
-    dsinks = torch.empty_like(sinks, dtype=torch.float32) if sinks is not None else q.new_empty(0, dtype=torch.float32)
-    # Autograd hands dout in any layout (e.g. expanded, stride 0): the kernel needs head_dim
-    # contiguous and 16-byte strides, which a contiguous copy always has.
-    _C.backward(q, k, v, out, dout.contiguous(), lse, dq, dk, dv, causal, softmax_scale,
-                backward_kernel, deterministic, window_left, window_right, softcap, sinks,
-                dsinks if sinks is not None else None)
-    return dq, dk, dv, dsinks
-
-
-@_attention_bwd.register_fake
-def _(q, k, v, out, dout, lse, causal, softmax_scale, deterministic=False, backward_kernel="auto",
-      window_left=-1, window_right=-1, softcap=0.0, sinks=None):
-    dsinks = torch.empty_like(sinks, dtype=torch.float32) if sinks is not None else q.new_empty(0, dtype=torch.float32)
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
-
-
-def _setup_context(ctx, inputs, output):
-    q, k, v, causal, softmax_scale = inputs[:5]
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
-    ctx.causal, ctx.softmax_scale = causal, softmax_scale
-    ctx.deterministic = inputs[12] if len(inputs) > 12 else False
-    ctx.backward_kernel = inputs[13] if len(inputs) > 13 else "auto"
-    defaults = (-1, -1, 0.0, None)  # window_left, window_right, softcap, sinks
-    ctx.window_left, ctx.window_right, ctx.softcap, ctx.sinks = (
-        tuple(inputs[14:18]) + defaults[len(inputs[14:18]):])
-    ctx.set_materialize_grads(False)  # an unused lse gets no gradient tensor at all
-
-
-def _backward(ctx, dout, dlse):
-    if dlse is not None:
-        raise NotImplementedError("hfa.attention: gradients through the returned lse are not "
-                                  "supported; use lse only outside the differentiated graph")
-    q, k, v, out, lse = ctx.saved_tensors
-    if dout is None:
-        return (None,) * 18
-    dq, dk, dv, dsinks = torch.ops.hfa.attention_bwd(
-        q, k, v, out, dout, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic,
-        ctx.backward_kernel, ctx.window_left, ctx.window_right, ctx.softcap, ctx.sinks)
-    return (dq, dk, dv) + (None,) * 14 + (dsinks if ctx.sinks is not None else None,)
-
-
-_attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+# The overloads, looked up once: an eager call then goes straight into the C++ dispatcher.
+_attention_fwd = torch.ops.hfa.attention_fwd.default
+_attention_varlen_fwd = torch.ops.hfa.attention_varlen_fwd.default
+_quantize_fp8 = torch.ops.hfa.quantize_fp8.default
+_attention_with_kvcache = torch.ops.hfa.attention_with_kvcache.default
+_plan_decode = torch.ops.hfa.plan_decode.default
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -168,97 +73,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     """
     if len(window_size) != 2:
         raise ValueError(f"window_size: {window_size!r}; expected (left, right)")
-    out, lse = torch.ops.hfa.attention_fwd(q, k, v, causal, softmax_scale, kernel, q_descale,
-                                           k_descale, v_descale, out_dtype, q_block_descale,
-                                           k_block_descale, deterministic, backward_kernel,
-                                           int(window_size[0]), int(window_size[1]),
-                                           float(softcap), sinks)
+    out, lse = _attention_fwd(q, k, v, causal, softmax_scale, kernel, q_descale, k_descale,
+                              v_descale, out_dtype, q_block_descale, k_block_descale,
+                              deterministic, backward_kernel, int(window_size[0]),
+                              int(window_size[1]), float(softcap), sinks)
     return (out, lse) if return_lse else out
-
-
-@torch.library.custom_op("hfa::attention_varlen_fwd", mutates_args=())
-def _attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                          cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
-                          max_seqlen_q: int, max_seqlen_k: int,
-                          seqused_k: Optional[torch.Tensor], causal: bool,
-                          softmax_scale: Optional[float], kernel: str,
-                          window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                          sinks: Optional[torch.Tensor] = None, deterministic: bool = False,
-                          backward_kernel: str = "auto") -> Tuple[torch.Tensor, torch.Tensor]:
-    if q.dim() != 3:
-        raise ValueError(f"q: expected rank 3 (total_q, heads_q, head_dim), got rank {q.dim()}")
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
-    _C.forward_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                      seqused_k, causal, softmax_scale, kernel, window_left, window_right, softcap,
-                      sinks)
-    return out, lse
-
-
-@_attention_varlen_fwd.register_fake
-def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, causal,
-      softmax_scale, kernel, window_left=-1, window_right=-1, softcap=0.0, sinks=None,
-      deterministic=False, backward_kernel="auto"):
-    if q.dim() != 3:
-        raise ValueError(f"q: expected rank 3 (total_q, heads_q, head_dim), got rank {q.dim()}")
-    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
-
-
-@torch.library.custom_op("hfa::attention_varlen_bwd", mutates_args=())
-def _attention_varlen_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                          dout: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                          cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
-                          seqused_k: Optional[torch.Tensor], causal: bool,
-                          softmax_scale: Optional[float], deterministic: bool,
-                          backward_kernel: str, window_left: int, window_right: int,
-                          softcap: float, sinks: Optional[torch.Tensor]
-                          ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    dsinks = torch.empty_like(sinks, dtype=torch.float32) if sinks is not None else q.new_empty(0, dtype=torch.float32)
-    _C.backward_varlen(q, k, v, out, dout.contiguous(), lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
-                       max_seqlen_q, max_seqlen_k, seqused_k, causal, softmax_scale, backward_kernel,
-                       deterministic, window_left, window_right, softcap, sinks,
-                       dsinks if sinks is not None else None)
-    return dq, dk, dv, dsinks
-
-
-@_attention_varlen_bwd.register_fake
-def _(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
-      causal, softmax_scale, deterministic, backward_kernel, window_left, window_right, softcap,
-      sinks):
-    dsinks = torch.empty_like(sinks, dtype=torch.float32) if sinks is not None else q.new_empty(0, dtype=torch.float32)
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
-
-
-def _varlen_setup_context(ctx, inputs, output):
-    (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, causal,
-     softmax_scale, _kernel) = inputs[:11]
-    defaults = (-1, -1, 0.0, None, False, "auto")  # window_left ... backward_kernel
-    (ctx.window_left, ctx.window_right, ctx.softcap, sinks, ctx.deterministic,
-     ctx.backward_kernel) = tuple(inputs[11:17]) + defaults[len(inputs[11:17]):]
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks)
-    ctx.max_seqlen_q, ctx.max_seqlen_k = max_seqlen_q, max_seqlen_k
-    ctx.causal, ctx.softmax_scale = causal, softmax_scale
-    ctx.has_sinks = sinks is not None
-    ctx.set_materialize_grads(False)  # an unused lse gets no gradient tensor at all
-
-
-def _varlen_backward(ctx, dout, dlse):
-    if dlse is not None:
-        raise NotImplementedError("hfa.attention_varlen: gradients through the returned lse are "
-                                  "not supported; use lse only outside the differentiated graph")
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks = ctx.saved_tensors
-    if dout is None:
-        return (None,) * 17
-    dq, dk, dv, dsinks = torch.ops.hfa.attention_varlen_bwd(
-        q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k,
-        seqused_k, ctx.causal, ctx.softmax_scale, ctx.deterministic, ctx.backward_kernel,
-        ctx.window_left, ctx.window_right, ctx.softcap, sinks)
-    return (dq, dk, dv) + (None,) * 11 + (dsinks if ctx.has_sinks else None, None, None)
-
-
-_attention_varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_setup_context)
 
 
 def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -286,48 +105,11 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """
     if len(window_size) != 2:
         raise ValueError(f"window_size: {window_size!r}; expected (left, right)")
-    out, lse = torch.ops.hfa.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k,
-                                                  int(max_seqlen_q), int(max_seqlen_k), seqused_k,
-                                                  causal, softmax_scale, kernel,
-                                                  int(window_size[0]), int(window_size[1]),
-                                                  float(softcap), sinks, deterministic,
-                                                  backward_kernel)
+    out, lse = _attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                                     int(max_seqlen_k), seqused_k, causal, softmax_scale, kernel,
+                                     int(window_size[0]), int(window_size[1]), float(softcap),
+                                     sinks, deterministic, backward_kernel)
     return (out, lse) if return_lse else out
-
-
-def _quantized_shapes(q, k, block):
-    b, sq, hq, _ = q.shape
-    sk, hk = k.shape[1], k.shape[2]
-    blocks = lambda s: (s + 127) // 128
-    qs = (b, hq, blocks(sq)) if block else (b, hk)
-    ks = (b, hk, blocks(sk)) if block else (b, hk)
-    return qs, ks, (b, hk)
-
-
-@torch.library.custom_op("hfa::quantize_fp8", mutates_args=())
-def _quantize_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: bool, hadamard: bool,
-                  hadamard_seed: int, subtract_mean_key: bool) -> Tuple[torch.Tensor, torch.Tensor,
-                                                                         torch.Tensor, torch.Tensor,
-                                                                         torch.Tensor, torch.Tensor]:
-    _check_rank(q)
-    _check_rank(k)
-    e4m3 = torch.float8_e4m3fn
-    q8, k8, v8 = (torch.empty(t.shape, dtype=e4m3, device=q.device) for t in (q, k, v))
-    qs, ks, vs = (torch.empty(s, dtype=torch.float32, device=q.device)
-                  for s in _quantized_shapes(q, k, block))
-    _C.quantize_fp8(q, k, v, q8, k8, v8, qs, ks, vs, block, hadamard, hadamard_seed,
-                    subtract_mean_key)
-    return q8, k8, v8, qs, ks, vs
-
-
-@_quantize_fp8.register_fake
-def _(q, k, v, block, hadamard, hadamard_seed, subtract_mean_key):
-    _check_rank(q)
-    _check_rank(k)
-    e4m3 = torch.float8_e4m3fn
-    shapes = _quantized_shapes(q, k, block)
-    return (q.new_empty(q.shape, dtype=e4m3), k.new_empty(k.shape, dtype=e4m3),
-            v.new_empty(v.shape, dtype=e4m3)) + tuple(q.new_empty(s, dtype=torch.float32) for s in shapes)
 
 
 class Fp8Inputs(NamedTuple):
@@ -354,38 +136,13 @@ def quantize_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hadamard: bo
         x = hfa.quantize_fp8(q, k, v)
         out = hfa.attention(x.q, x.k, x.v, causal=True, **x.descales)
     """
-    q8, k8, v8, qs, ks, vs = torch.ops.hfa.quantize_fp8(q, k, v, block, hadamard, hadamard_seed,
-                                                        subtract_mean_key)
+    q8, k8, v8, qs, ks, vs = _quantize_fp8(q, k, v, block, hadamard, hadamard_seed,
+                                           subtract_mean_key)
     if block:
         descales = {"q_block_descale": qs, "k_block_descale": ks, "v_descale": vs}
     else:
         descales = {"q_descale": qs, "k_descale": ks, "v_descale": vs}
     return Fp8Inputs(q8, k8, v8, descales)
-
-
-@torch.library.custom_op("hfa::attention_with_kvcache", mutates_args=("k_cache", "v_cache"))
-def _attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                            k: Optional[torch.Tensor], v: Optional[torch.Tensor],
-                            cache_seqlens: torch.Tensor, page_table: Optional[torch.Tensor],
-                            cache_batch_idx: Optional[torch.Tensor], causal: bool,
-                            softmax_scale: Optional[float], num_splits: int,
-                            workspace: torch.Tensor, k_descale: Optional[torch.Tensor] = None,
-                            v_descale: Optional[torch.Tensor] = None
-                            ) -> Tuple[torch.Tensor, torch.Tensor]:
-    _check_rank(q)
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-    _C.decode(q, k_cache, v_cache, k, v, cache_seqlens, page_table, cache_batch_idx, out, lse,
-              causal, softmax_scale, num_splits, workspace, k_descale, v_descale)
-    return out, lse
-
-
-@_attention_with_kvcache.register_fake
-def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, cache_batch_idx, causal, softmax_scale,
-      num_splits, workspace, k_descale=None, v_descale=None):
-    _check_rank(q)
-    return (torch.empty_like(q, memory_format=torch.contiguous_format),
-            q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
 
 
 class DecodePlan(NamedTuple):
@@ -404,8 +161,8 @@ def plan_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 v_descale: Optional[torch.Tensor] = None) -> DecodePlan:
     """The split count (num_splits=0: the library's heuristic) and workspace for these shapes
     (an e4m3 cache: pass its k_descale and v_descale too)."""
-    splits, nbytes = _C.plan_decode(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
-                                    cache_batch_idx, causal, num_splits, k_descale, v_descale)
+    splits, nbytes = _plan_decode(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
+                                  cache_batch_idx, causal, num_splits, k_descale, v_descale)
     return DecodePlan(splits, torch.empty(nbytes, dtype=torch.uint8, device=q.device))
 
 
@@ -440,26 +197,25 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if plan is None:
         plan = plan_decode(q, k_cache, v_cache, cache_seqlens, k, v, page_table, cache_batch_idx,
                            causal, num_splits, k_descale, v_descale)
-    out, lse = torch.ops.hfa.attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens,
-                                                    page_table, cache_batch_idx, causal,
-                                                    softmax_scale, plan.num_splits, plan.workspace,
-                                                    k_descale, v_descale)
+    out, lse = _attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
+                                       cache_batch_idx, causal, softmax_scale, plan.num_splits,
+                                       plan.workspace, k_descale, v_descale)
     return (out, lse) if return_lse else out
 
 
 def list_kernels() -> List[dict]:
     """Every kernel of the library: name, description, what it supports."""
-    return _C.list_kernels()
+    return json.loads(torch.ops.hfa.list_kernels(False))
 
 
 def list_backward_kernels() -> List[dict]:
     """Every backward kernel (what backward_kernel= accepts): name, description, what it supports."""
-    return _C.list_backward_kernels()
+    return json.loads(torch.ops.hfa.list_kernels(True))
 
 
 def select_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> str:
     """The kernel that kernel="auto" runs for these arguments on q's device."""
-    return _C.select_kernel(q, k, v, torch.empty_like(q), causal)
+    return torch.ops.hfa.select_kernel(q, k, v, causal)
 
 
 # FlashAttention-3's Python API on the functions above (after them: the module imports them).
