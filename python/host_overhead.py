@@ -4,11 +4,12 @@ tiny problem: what an inference engine or a training step pays on the CPU for ea
 Usage (GPU machine, hfa installed): python python/host_overhead.py [--json FILE]
 
 Rows: hfa.attention (no gradient; and with inputs that require one: the autograd node is recorded),
-the op torch.ops.hfa.attention_fwd called directly, and "bare": a minimal pybind11 binding compiled
+the op torch.ops.hfa.attention_fwd called directly (with its 6 required arguments, and with all 18),
+and "bare": a minimal pybind11 binding compiled
 here (torch.utils.cpp_extension.load_inline) that hands preallocated tensors straight to
 hfa::forward, the library's own host cost plus one Python -> C++ call. Then torch SDPA's cuDNN and
 FLASH backends and FlashAttention-3's flash_attn_func (when the fa3_fwd wheel is importable).
-Each figure: the median over rounds of the mean of n back-to-back calls (the GPU work of the tiny
+Each figure: the median over 11 rounds (the rows take turns) of the mean of 200 back-to-back calls (the GPU work of the tiny
 problem is shorter than its host cost, so the host is what is timed).
 """
 import argparse
@@ -48,18 +49,22 @@ void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::
 """
 
 
-def host_us(fn, n=200, rounds=7):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    per_call = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for _ in range(n):
+def host_us(rows, n=200, rounds=11):
+    """{name: median us per call}; the rows take turns in each round, so a slow spell of the
+    machine hits all of them alike."""
+    for fn in rows.values():
+        for _ in range(20):
             fn()
-        per_call.append((time.perf_counter() - t) / n * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(per_call)
+    torch.cuda.synchronize()
+    per_call = {name: [] for name in rows}
+    for _ in range(rounds):
+        for name, fn in rows.items():
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            per_call[name].append((time.perf_counter() - t) / n * 1e6)
+            torch.cuda.synchronize()
+    return {name: statistics.median(v) for name, v in per_call.items()}
 
 
 def bare_binding():
@@ -87,7 +92,10 @@ def main():
     rows = {
         "hfa.attention": lambda: hfa.attention(q, q, q),
         "hfa.attention (inputs require grad)": lambda: hfa.attention(qg, qg, qg),
-        "torch.ops.hfa.attention_fwd": lambda: op(q, q, q, False, None, "auto"),
+        "torch.ops.hfa.attention_fwd (6 arguments)": lambda: op(q, q, q, False, None, "auto"),
+        "torch.ops.hfa.attention_fwd (all 18 arguments)": lambda: op(
+            q, q, q, False, None, "auto", None, None, None, None, None, None, False, "auto", -1, -1,
+            0.0, None),
     }
     bare = bare_binding()
     if bare is not None:
@@ -105,8 +113,7 @@ def main():
     except ImportError as e:
         print(f"FlashAttention-3: not importable ({e}); its row is left out")
     results = []
-    for name, fn in rows.items():
-        us = host_us(fn)
+    for name, us in host_us(rows).items():
         results.append({"impl": name, "kind": "host_us", "host_us": round(us, 2)})
         print(f"host time per call, {name}: {us:.1f} us")
     if args.json:

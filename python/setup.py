@@ -26,6 +26,11 @@ here = Path(__file__).resolve().parent
 root = here.parent
 package = here / "src" / "hfa"
 
+# pip's isolated build environment hides the interpreter's site-packages (through PYTHONPATH, which
+# carries its sitecustomize). The build runs its tools without that: torch, and cmake / ninja when
+# they are pip-installed Python entry points, are those of the environment the package goes into.
+OUTER_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
+
 _TORCH_QUERY = ("import os, torch; print(os.path.dirname(torch.__file__)); "
                 "print(int(torch._C._GLIBCXX_USE_CXX11_ABI))")
 
@@ -37,11 +42,9 @@ def find_torch():
         return os.path.dirname(torch.__file__), int(torch._C._GLIBCXX_USE_CXX11_ABI)
     except ImportError:
         pass
-    # pip's isolated build environment hides the interpreter's site-packages (through PYTHONPATH,
-    # which carries its sitecustomize): ask the same interpreter without it, so the ops are built
+    # An isolated build: ask the same interpreter outside the isolation, so the ops are built
     # against the torch that will load them, not a second one downloaded for the build.
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
-    r = subprocess.run([sys.executable, "-c", _TORCH_QUERY], env=env, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", _TORCH_QUERY], env=OUTER_ENV, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"hfa: torch is not installed in {sys.executable}; install torch first "
                  f"(the ops are built against it):\n{r.stderr}")
@@ -54,17 +57,18 @@ def cmake_build():
     extra = shlex.split(os.environ.get("HFA_CMAKE_ARGS", ""))
     if not (root / "third_party" / "cutlass" / "include" / "cute").is_dir() and \
             not any(a.startswith("-DCUTLASS_DIR") for a in extra):
-        subprocess.check_call([str(root / "scripts" / "setup.sh"), "--cute-only"])
+        subprocess.check_call([str(root / "scripts" / "setup.sh"), "--cute-only"], env=OUTER_ENV)
     torch_dir, abi = find_torch()
     configure = ["cmake", "-S", str(root), "-B", str(build), "-DHFA_BUILD_TORCH_OPS=ON",
                  f"-DHFA_TORCH_DIR={torch_dir}", f"-DHFA_TORCH_CXX11_ABI={abi}"]
     if not (build / "CMakeCache.txt").exists():  # a new folder: the package needs no tests
         configure += ["-DCMAKE_BUILD_TYPE=Release", "-DHFA_BUILD_TESTS=OFF", "-DHFA_BUILD_BENCH=OFF"]
-        if shutil.which("ninja"):
+        if shutil.which("ninja", path=OUTER_ENV.get("PATH")):
             configure += ["-G", "Ninja"]
-    subprocess.check_call(configure + extra)
+    subprocess.check_call(configure + extra, env=OUTER_ENV)
     jobs = os.environ.get("HFA_BUILD_JOBS", str(os.cpu_count() or 2))
-    subprocess.check_call(["cmake", "--build", str(build), "--target", "hfa", "hfa_torch", "-j", jobs])
+    subprocess.check_call(["cmake", "--build", str(build), "--target", "hfa", "hfa_torch", "-j", jobs],
+                          env=OUTER_ENV)
     for old in list(package.glob("libhfa.so*")) + list(package.glob("libhfa_torch.so")):
         old.unlink()
     # libhfa.so.0 (the name libhfa_torch.so asks for; a symlink to libhfa.so.0.1.0, copied as the

@@ -64,12 +64,12 @@ struct Fp8Descales {
   const OptTensor& k_block_descale;
 };
 
+// The caller holds a CUDAGuard for q's device (it allocated out and lse there).
 void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                  const Tensor& lse, bool causal, std::optional<double> softmax_scale,
                  c10::string_view kernel, int64_t window_left, int64_t window_right, double softcap,
                  const OptTensor& sinks, const Fp8Descales* fp8, const VarlenTensors* varlen) {
-  const at::Device device = cuda_device_of(q);
-  const c10::cuda::CUDAGuard guard(device);
+  const at::Device device = q.device();
   hfa::ForwardArgs args;
   set_attention_args(&args, q, k, v, out, causal, softmax_scale, std::string(kernel), window_left,
                      window_right, softcap, sinks, device);
