@@ -6,6 +6,7 @@ straightforwardly in the inputs' dtype (bf16/fp16 matmuls, fp32 softmax).
 """
 import math
 import random
+import zlib
 
 import pytest
 import torch
@@ -93,7 +94,7 @@ CASES = [random_case(random.Random(seed)) for seed in range(24)]
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "b{b}_sq{sq}_sk{sk}_h{hq}x{hkv}_d{d}_c{causal:d}_{dtype}".format(**c).replace("torch.", ""))
 @pytest.mark.parametrize("kernel", ["auto", "k1"])
 def test_forward_matches_sdpa_math(case, kernel):
-    torch.manual_seed(hash((kernel, str(case))) % 2**31)
+    torch.manual_seed(zlib.crc32(repr((kernel, str(case))).encode()))
     b, sq, sk, hq, hkv, d = (case[x] for x in ("b", "sq", "sk", "hq", "hkv", "d"))
     dt, causal = case["dtype"], case["causal"]
     q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt)
@@ -230,7 +231,7 @@ def _grads(fn, q, k, v, dout):
 @pytest.mark.parametrize("case", BWD_CASES, ids=lambda c: "b{b}_sq{sq}_sk{sk}_h{hq}x{hkv}_d{d}_c{causal:d}_{dtype}".format(**c).replace("torch.", ""))
 @pytest.mark.parametrize("backward_kernel", ["auto", "fa2", "bwd_sm90"])
 def test_backward_matches_sdpa_math(case, backward_kernel):
-    torch.manual_seed(hash(str(case)) % 2**31)
+    torch.manual_seed(zlib.crc32(repr(str(case)).encode()))
     b, sq, sk, hq, hkv, d = (case[x] for x in ("b", "sq", "sk", "hq", "hkv", "d"))
     dt, causal, scale = case["dtype"], case["causal"], 1 / math.sqrt(case["d"])
     q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt)
@@ -336,7 +337,7 @@ FP8_CASES = [
 def test_fp8_matches_dequantized_reference(case, out_dtype):
     """k7 against SDPA math on the dequantized inputs (fp64); the yardstick is the straightforward
     FP8 attention: fp32 scores and softmax, P rounded to e4m3, fp32 P V."""
-    torch.manual_seed(hash(str(case)) % 2**31)
+    torch.manual_seed(zlib.crc32(repr(str(case)).encode()))
     b, sq, sk, hq, hkv, d = (case[x] for x in ("b", "sq", "sk", "hq", "hkv", "d"))
     causal = case["causal"]
     (q8, qd), (k8, kd), (v8, vd) = (quantize_per_head(torch.randn(b, s, h, d, device="cuda"), hkv)

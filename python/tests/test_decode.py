@@ -3,6 +3,7 @@
 cache_batch_idx, causal speculative tokens, e4m3 caches with descales; its error paths, torch.compile, opcheck and a CUDA
 graph replay."""
 import math
+import zlib
 
 import pytest
 import torch
@@ -42,7 +43,7 @@ CASES = [  # b, sq, hq, hkv, d, cap, page_size, new, causal, dtype
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "b{}_sq{}_h{}x{}_d{}_cap{}_page{}_new{}_c{:d}".format(*c[:9]))
 def test_matches_sdpa_math(case):
     b, sq, hq, hkv, d, cap, page, new, causal, dt = case
-    gen = torch.Generator(device="cuda").manual_seed(hash(case) % 2**31)
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(case).encode()))
     kc, vc, table, gather = make_cache(b, cap, hkv, d, dt, page, gen)
     capacity = table.shape[1] * page if page else cap
     lens = torch.randint(0, capacity - new + 1, (b,), device="cuda", generator=gen, dtype=torch.int32)

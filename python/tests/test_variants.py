@@ -3,6 +3,8 @@ hfa.attention and flash_attn_func, forward and gradients (dq, dk, dv and the sin
 against an explicit float64 reference written here from the definitions, by the tolerance rule of
 test_attention.py (error <= 2 x the error of the same attention computed straightforwardly in the
 inputs' dtype + atol)."""
+import zlib
+
 import pytest
 import torch
 
@@ -61,7 +63,7 @@ CASES = [
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
 def test_variants_forward_and_gradients(case, d, dt):
-    torch.manual_seed(hash((str(case), d, str(dt))) % 2**31)
+    torch.manual_seed(zlib.crc32(repr((str(case), d, str(dt))).encode()))
     b, sq, sk, hq, hkv = 2, 300, 257, 6, 2
     q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt, requires_grad=True)
     k, v = (torch.randn(b, sk, hkv, d, device="cuda", dtype=dt, requires_grad=True) for _ in range(2))
