@@ -91,9 +91,19 @@ def test_variants_forward_and_gradients(case, d, dt):
     names = ["dq", "dk", "dv", "dsinks"]
     for name, g, r, bs in zip(names, got, want, base_grads):
         err, base_err = (g.double() - r).abs().max().item(), (bs.double() - r).abs().max().item()
-        # dsinks sums b * sq rows in fp32: an atol that grows with them
-        atol = ATOL[dt] + (1e-6 * b * sq if name == "dsinks" else 0)
-        assert err <= 2 * base_err + atol, f"{name}: err {err:.3e} > 2 * {base_err:.3e} + atol"
+        atol = ATOL[dt] + (sinks_rounding_allowance(ref, ref_lse, dbl[3], dout, dt) if name == "dsinks" else 0)
+        assert err <= 2 * base_err + atol, f"{name}: err {err:.3e} > 2 * {base_err:.3e} + atol {atol:.3e}"
+
+
+def sinks_rounding_allowance(ref_out, ref_lse, sinks, dout, dt):
+    """What rounding O to the dtype can do to a sink's gradient, the C++ checker's allowance
+    (src/check/check_backward.cpp): each dsinks value is one sum over b x sq rows, so the baseline's
+    error can be small by luck (its roundings cancelling); the kernel's D = rowsum(dout * O) is
+    computed from its rounded O. unit roundoff x max over heads of sum_rows P_sink |dout * O|."""
+    unit = 2.0 ** -11 if dt == torch.float16 else 2.0 ** -8
+    p_sink = torch.exp(sinks.detach()[None, :, None] - ref_lse.detach())  # (b, hq, sq)
+    size = (dout.double() * ref_out.detach()).abs().sum(dim=-1).transpose(1, 2)  # (b, hq, sq)
+    return unit * (p_sink * size).sum(dim=(0, 2)).max().item()
 
 
 def test_flash_attn_func_takes_window_and_softcap():

@@ -143,8 +143,8 @@ std::tuple<Tensor, Tensor> attention_fwd(
   TORCH_CHECK_VALUE(q.dim() == 4, "q: expected rank 4 (batch, seqlen, heads, head_dim), got rank ", q.dim());
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
-  Tensor out = at::empty(q.sizes(), q.options().dtype(out_dtype_for(q, out_dtype)));
-  Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+  Tensor out = new_cuda_tensor(q.sizes(), out_dtype_for(q, out_dtype), device);
+  Tensor lse = new_cuda_tensor({q.size(0), q.size(2), q.size(1)}, at::kFloat, device);
   const Fp8Descales fp8{q_descale, k_descale, v_descale, q_block_descale, k_block_descale};
   run_forward(q, k, v, out, lse, causal, softmax_scale, kernel, window_left, window_right, softcap,
               sinks, &fp8, nullptr);
@@ -169,8 +169,8 @@ std::tuple<Tensor, Tensor> attention_varlen_fwd(
   TORCH_CHECK_VALUE(q.dim() == 3, "q: expected rank 3 (total_q, heads_q, head_dim), got rank ", q.dim());
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
-  Tensor out = at::empty(q.sizes(), q.options());
-  Tensor lse = at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat));
+  Tensor out = new_cuda_tensor(q.sizes(), q.scalar_type(), device);
+  Tensor lse = new_cuda_tensor({q.size(1), q.size(0)}, at::kFloat, device);
   const VarlenTensors varlen{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k};
   run_forward(q, k, v, out, lse, causal, softmax_scale, kernel, window_left, window_right, softcap,
               sinks, nullptr, &varlen);

@@ -110,8 +110,8 @@ std::tuple<Tensor, Tensor> attention_with_kvcache(
   check_rank4(q, "q");
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
-  Tensor out = at::empty(q.sizes(), q.options());
-  Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+  Tensor out = new_cuda_tensor(q.sizes(), q.scalar_type(), device);
+  Tensor lse = new_cuda_tensor({q.size(0), q.size(2), q.size(1)}, at::kFloat, device);
   const hfa::DecodeArgs args = decode_args(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                            cache_batch_idx, out, lse, causal, softmax_scale,
                                            num_splits, k_descale, v_descale, device);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
@@ -62,6 +63,12 @@ inline void throw_if_error(const hfa::Status& st) {
 inline at::Device cuda_device_of(const at::Tensor& q) {
   TORCH_CHECK_VALUE(q.is_cuda(), "q: tensor is on ", q.device().str(), "; hfa needs CUDA tensors");
   return q.device();
+}
+
+// A new contiguous tensor on a CUDA device, straight from the caching allocator: at::empty would
+// take a round trip through the dispatcher, host time that every call of an op pays.
+inline at::Tensor new_cuda_tensor(at::IntArrayRef sizes, at::ScalarType dtype, const at::Device& device) {
+  return at::Tensor(at::detail::empty_cuda(sizes, dtype, device, std::nullopt));
 }
 
 inline cudaStream_t current_stream(const at::Device& device) {
