@@ -152,8 +152,8 @@ if [[ " $steps " == *" sweep "* ]]; then
 fi
 
 if [[ " $steps " == *" python "* ]]; then
-  # --no-build-isolation: build against the torch already installed; the library is the one in
-  # $build (HFA_BUILD_DIR), not a rebuild.
+  # One CMake run in $build (HFA_BUILD_DIR): the library is the one built above, the torch ops
+  # (libhfa_torch.so) are added, against the torch already installed.
   step python-install env HFA_BUILD_DIR="$build" python3 -m pip install -q --no-deps \
     --no-build-isolation "$root/python"
   step python-tests bash -c "cd /tmp && python3 -m pytest -q -p no:cacheprovider '$root/python/tests'"

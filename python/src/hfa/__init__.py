@@ -77,7 +77,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
             and k_block_descale is None and out_dtype is None and not deterministic
             and backward_kernel == "auto"):
         # The common call: the op's defaults for the rest. Each argument handed to the dispatcher
-        # is converted from Python (about 0.3 us each, measured: python/host_overhead.py).
+        # is converted from Python (about 0.14 us each: python/host_overhead.py, docs/PERFORMANCE.md).
         out, lse = _attention_fwd(q, k, v, causal, softmax_scale, kernel)
         return (out, lse) if return_lse else out
     if len(window_size) != 2:
