@@ -9,7 +9,8 @@ and "bare": a minimal pybind11 binding compiled
 here (torch.utils.cpp_extension.load_inline) that hands preallocated tensors straight to
 hfa::forward, the library's own host cost plus one Python -> C++ call. Then torch SDPA's cuDNN and
 FLASH backends and FlashAttention-3's flash_attn_func (when the fa3_fwd wheel is importable).
-Each figure: the median over 11 rounds (the rows take turns) of the mean of 200 back-to-back calls (the GPU work of the tiny
+Each figure: the median over 11 rounds (the rows take turns, each round starting at the next row)
+of the mean of 200 back-to-back calls (the GPU work of the tiny
 problem is shorter than its host cost, so the host is what is timed).
 """
 import argparse
@@ -51,14 +52,17 @@ void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::
 
 def host_us(rows, n=200, rounds=11):
     """{name: median us per call}; the rows take turns in each round, so a slow spell of the
-    machine hits all of them alike."""
+    machine hits all of them alike, and each round starts at the next row, so that no row is always
+    the one that follows the synchronization."""
     for fn in rows.values():
         for _ in range(20):
             fn()
     torch.cuda.synchronize()
     per_call = {name: [] for name in rows}
-    for _ in range(rounds):
-        for name, fn in rows.items():
+    names = list(rows)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = rows[name]
             t = time.perf_counter()
             for _ in range(n):
                 fn()
