@@ -69,7 +69,7 @@ inline constexpr int kFp8ScaleBlock = 128;
 const char* to_string(DType dtype);
 int size_of(DType dtype);  // bytes per element
 
-inline constexpr int kMaxRank = 4;
+inline constexpr int kMaxRank = 5;  // merge_attention's stacked partial results are rank 5
 
 // A non-owning view of device memory. shape and stride are in elements; entries past `rank`
 // are ignored. A tensor with zero elements may have a null data pointer.
@@ -303,6 +303,35 @@ Status decode(const DecodeArgs& args, const DecodePlan& plan, void* workspace,
 // Plans and runs in one call, with a stream-ordered workspace (cudaMallocAsync, freed on the
 // stream). Convenient, but it allocates: use the planned form inside graphs and hot loops.
 Status decode(const DecodeArgs& args, cudaStream_t stream = nullptr);
+
+// ---- Merging partial attention results ---------------------------------------------------------
+
+// Attention over a union of disjoint key sets, from the results over each set (flash decode's
+// splits, context parallelism's blocks of keys held by other GPUs): with O_i, LSE_i a query row's
+// output and log-sum-exp over key set i,
+//   LSE = log sum_i exp(LSE_i),   O = sum_i exp(LSE_i - LSE) O_i,
+// computed exactly in fp32. A part with LSE_i = -inf saw no key and its O_i is not read (it may
+// hold anything, NaN included); a row whose every part saw no key gets O = 0, LSE = -inf.
+struct MergeArgs {
+  // (num_parts, batch, seqlen, heads, head_dim), fp32, bf16 or fp16; head_dim 64, 128 or 256 and
+  // contiguous; the data pointer and every other stride a multiple of 4 elements (rows are read
+  // 4 elements at a time). 1 <= num_parts <= 256. Read only.
+  TensorView o_parts;
+  // fp32 (num_parts, batch, heads, seqlen), any strides (ForwardArgs::lse's layout per part).
+  TensorView lse_parts;
+  // (batch, seqlen, heads, head_dim), fp32, bf16 or fp16 (any of them, whatever o_parts's dtype);
+  // the alignment rule of o_parts. Written. It may be one of the parts (o_parts[i] itself, same
+  // pointer and strides), for a running merge in place; it must not overlap them otherwise.
+  TensorView out;
+  // Optional fp32 (batch, heads, seqlen), any strides: the merged LSE. Written; like out, it may
+  // be one of lse_parts's parts.
+  TensorView lse;
+};
+
+// Runs the merge on `stream` (asynchronous). Validated like forward(): an error names the argument
+// and the rule, and nothing is launched or written. num_parts == 0 is an error (there is no
+// result to merge); batch, seqlen or heads of 0 launch nothing.
+Status merge_attention(const MergeArgs& args, cudaStream_t stream = nullptr);
 
 // ---- Backward -----------------------------------------------------------------------------------
 

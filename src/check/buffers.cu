@@ -117,8 +117,8 @@ __global__ void fill_normal_kernel(T* data, int64_t n, uint64_t seed) {
 }
 
 // Strides (elements) of a (batch, seqlen, heads, head_dim) tensor in `layout`.
-std::array<int64_t, 4> attention_strides(Layout layout, int64_t s, int64_t h, int64_t d,
-                                         int elem_bytes) {
+std::array<int64_t, kMaxRank> attention_strides(Layout layout, int64_t s, int64_t h, int64_t d,
+                                               int elem_bytes) {
   switch (layout) {
     case Layout::kPacked: return {s * h * d, h * d, d, 1};
     case Layout::kPadded: {

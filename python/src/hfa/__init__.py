@@ -19,7 +19,7 @@ from . import _library  # noqa: F401  (loads libhfa_torch.so: the ops torch.ops.
 from . import _fake  # noqa: F401  (their fake implementations, for torch.compile / torch.export)
 
 __all__ = ["attention", "attention_varlen", "attention_with_kvcache", "plan_decode", "DecodePlan", "quantize_fp8",
-           "Fp8Inputs", "list_kernels", "list_backward_kernels", "select_kernel",
+           "Fp8Inputs", "merge_attention", "list_kernels", "list_backward_kernels", "select_kernel",
            # FlashAttention-3's functions (flash_attn_interface.py, imported at the end)
            "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
            "flash_attn_with_kvcache"]
@@ -30,6 +30,7 @@ _attention_varlen_fwd = torch.ops.hfa.attention_varlen_fwd.default
 _quantize_fp8 = torch.ops.hfa.quantize_fp8.default
 _attention_with_kvcache = torch.ops.hfa.attention_with_kvcache.default
 _plan_decode = torch.ops.hfa.plan_decode.default
+_merge_attention = torch.ops.hfa.merge_attention.default
 _NO_WINDOW = (-1, -1)
 
 
@@ -210,6 +211,24 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                                        cache_batch_idx, causal, softmax_scale, plan.num_splits,
                                        plan.workspace, k_descale, v_descale)
     return (out, lse) if return_lse else out
+
+
+def merge_attention(o_parts, lse_parts, out_dtype: Optional[torch.dtype] = None):
+    """Attention over a union of disjoint key sets from the results over each set, exactly:
+    with O_i, LSE_i a row's output and log-sum-exp over key set i, LSE = log sum_i exp(LSE_i) and
+    O = sum_i exp(LSE_i - LSE) O_i (in fp32). Returns (out, lse).
+
+    o_parts: (num_parts, batch, seqlen, heads, head_dim) float32/bfloat16/float16, or a list of
+    (batch, seqlen, heads, head_dim) tensors (stacked first); lse_parts: float32 (num_parts, batch,
+    heads, seqlen) or a list of (batch, heads, seqlen), as attention(..., return_lse=True) gives
+    them. head_dim 64, 128 or 256; 1 to 256 parts. A part whose LSE is -inf saw no key: its O is
+    not read. out has out_dtype (default o_parts's dtype); lse is float32 (batch, heads, seqlen).
+    Not differentiable (hfa.distributed.ring_attention has its own backward)."""
+    if isinstance(o_parts, (list, tuple)):
+        o_parts = torch.stack(list(o_parts))
+    if isinstance(lse_parts, (list, tuple)):
+        lse_parts = torch.stack(list(lse_parts))
+    return _merge_attention(o_parts, lse_parts, out_dtype)
 
 
 def list_kernels() -> List[dict]:

@@ -87,3 +87,12 @@ def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, cache_batch_idx, cau
     _check_rank(q)
     return (q.new_empty(q.shape),
             q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
+
+
+@torch.library.register_fake("hfa::merge_attention")
+def _(o_parts, lse_parts, out_dtype=None):
+    if o_parts.dim() != 5:
+        raise ValueError(f"o_parts: expected rank 5 (num_parts, batch, seqlen, heads, head_dim), got rank {o_parts.dim()}")
+    _, b, s, h, d = o_parts.shape
+    return (o_parts.new_empty((b, s, h, d), dtype=out_dtype or o_parts.dtype),
+            o_parts.new_empty((b, h, s), dtype=torch.float32))

@@ -1,7 +1,7 @@
 // Flash decode (the seed worklog's last step): a few new query tokens attend to a long KV cache.
 // A forward kernel parallelizes over query tiles, of which decode has one per KV head: almost every
 // SM would idle. Here the keys of each sequence are split across CTAs (num_splits), each CTA
-// writes a partial O and LSE, and decode_combine_kernel merges them exactly.
+// writes a partial O and LSE, and the merge kernel (kernels/merge/) combines them exactly.
 //
 // One CTA = (split, KV head, batch) and one block of 16 packed query rows: the seqlen_q x
 // group_size query rows that read this KV head (GQA packing, row r = token r / group, query head
@@ -25,6 +25,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/numeric.cuh"
 #include "kernels/common/quad_reduce.cuh"
 #include "kernels/decode/decode_problem.h"
@@ -83,20 +84,6 @@ __device__ __forceinline__ void convert_e4m3_keys(T* dst, const __nv_fp8_storage
   }
 }
 
-// Programmatic dependent launch (sm90 and newer; no-ops before): the split kernel lets the combine
-// kernel launch before it finishes, and the combine waits for the split grid's completion and its
-// memory before reading the partial results. This hides the combine's launch latency, which at
-// batch 1 is a noticeable part of a 10-30 us step.
-__device__ __forceinline__ void allow_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_prerequisite_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
 
 // T: q's and out's dtype; Tc: the cache's (T, or __nv_fp8_storage_t for e4m3).
 template <typename T, typename Tc, int D, bool kPaged>
@@ -125,7 +112,7 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged>::kThre
   const int m0 = (blockIdx.x % m_blocks) * kRows, split = blockIdx.x / m_blocks;
   const int hk = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  allow_dependent_launch();  // the combine's CTAs may become resident and wait (decode_launch.cuh)
+  allow_dependent_launch();  // the merge's CTAs may become resident and wait (decode_launch.cuh)
 
   // This split's tiles of the sequence's keys; with causal, none past the last key that the
   // block's last row sees (keys are bottom-right aligned: query i sees j <= i + n_keys - seqlen_q).
@@ -363,103 +350,6 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged>::kThre
       *reinterpret_cast<float4*>(dst + c) = make_float4(out[c], out[c + 1], out[c + 2], out[c + 3]);
     if (threadIdx.x % kThreadsPerRow == 0) p.lse_partial[prow] = lse;
   }
-}
-
-// Merges the splits' partial results of one output row (b, token, head) per CTA, exactly: with
-// LSE_s the splits' log-sum-exps, LSE = log sum_s exp(LSE_s) and O = sum_s exp(LSE_s - LSE) O_s.
-// A row whose every split saw no key gets O = 0, LSE = -inf. The row's D columns are read as
-// float4s by D / 4 threads, and the CTA's kGroups such groups take every kGroups-th split, each
-// with kUnroll loads in flight: the partial results come from L2, and a loop of one dependent
-// load per split (the first version: a warp per row) took 12 us at 33 splits, as long as the split
-// kernel's own 8k keys.
-template <typename T, int D>
-__global__ void __launch_bounds__(128) decode_combine_kernel(DecodeProblem p) {
-  constexpr int kThreads = 128, kWarps = kThreads / 32;
-  constexpr int kColThreads = D / 4, kGroups = kThreads / kColThreads, kUnroll = 4;
-  constexpr int kLsePerThread = kDecodeMaxSplits / kThreads;
-  static_assert(kThreads % kColThreads == 0 && kDecodeMaxSplits % kThreads == 0, "thread layout");
-  __shared__ float weights[kDecodeMaxSplits];
-  __shared__ float warp_partial[kWarps];
-  __shared__ float4 group_acc[kGroups][kColThreads];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;
-  const int64_t row = blockIdx.x;  // (b, token, head)
-  const int head = static_cast<int>(row % p.heads_q);
-  const int token = static_cast<int>((row / p.heads_q) % p.seqlen_q);
-  const int b = static_cast<int>(row / (static_cast<int64_t>(p.heads_q) * p.seqlen_q));
-  const int64_t split_stride = rows;  // rows per split in the partial tensors
-  wait_for_prerequisite_grid();        // the split kernel's partial results are complete
-
-  // The block's max and sum of one value per thread (all threads take part).
-  auto block_reduce = [&](float v, bool is_max) {
-    for (int off = 16; off > 0; off /= 2) {
-      const float o = __shfl_xor_sync(0xffffffffu, v, off);
-      v = is_max ? fmaxf(v, o) : v + o;
-    }
-    if (lane == 0) warp_partial[warp] = v;
-    __syncthreads();
-    v = warp_partial[0];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) v = is_max ? fmaxf(v, warp_partial[w]) : v + warp_partial[w];
-    __syncthreads();  // warp_partial is reused by the next reduction
-    return v;
-  };
-  float lse_s[kLsePerThread];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < kLsePerThread; ++i) {
-    const int s = threadIdx.x + kThreads * i;
-    lse_s[i] = s < p.num_splits ? p.lse_partial[s * split_stride + row] : -INFINITY;
-    mx = fmaxf(mx, lse_s[i]);
-  }
-  mx = block_reduce(mx, true);
-  float sum = 0.f;
-#pragma unroll
-  for (int i = 0; i < kLsePerThread; ++i) sum += mx == -INFINITY ? 0.f : exp2_approx((lse_s[i] - mx) * kLog2e);
-  sum = block_reduce(sum, false);
-  const float lse = mx == -INFINITY ? -INFINITY : mx + logf(sum);
-#pragma unroll
-  for (int i = 0; i < kLsePerThread; ++i) {
-    const int s = threadIdx.x + kThreads * i;
-    if (s < p.num_splits) weights[s] = mx == -INFINITY ? 0.f : exp2_approx((lse_s[i] - lse) * kLog2e);
-  }
-  __syncthreads();
-
-  const int group = threadIdx.x / kColThreads, c4 = threadIdx.x % kColThreads;
-  const float* src = p.o_partial + row * D + 4 * c4;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = group; s0 < p.num_splits; s0 += kGroups * kUnroll) {
-    float w[kUnroll];
-    float4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {  // the loads first, then the sums: kUnroll in flight
-      const int s = s0 + u * kGroups;
-      w[u] = s < p.num_splits ? weights[s] : 0.f;
-      // a split that saw no key (or a negligible one) has weight 0: its O is not read
-      v[u] = w[u] != 0.f ? *reinterpret_cast<const float4*>(src + s * split_stride * D)
-                         : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      acc.x += w[u] * v[u].x, acc.y += w[u] * v[u].y, acc.z += w[u] * v[u].z, acc.w += w[u] * v[u].w;
-    }
-  }
-  group_acc[group][c4] = acc;
-  __syncthreads();
-  if (group == 0) {
-#pragma unroll
-    for (int g = 1; g < kGroups; ++g) {
-      const float4 a = group_acc[g][c4];
-      acc.x += a.x, acc.y += a.y, acc.z += a.z, acc.w += a.w;
-    }
-    T* dst = static_cast<T*>(p.o) + b * p.o_batch_stride + token * p.o_row_stride +
-             head * p.o_head_stride + 4 * c4;
-    __align__(8) T quad[4] = {from_float<T>(acc.x), from_float<T>(acc.y), from_float<T>(acc.z),
-                              from_float<T>(acc.w)};
-    *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(quad);
-  }
-  if (p.lse && threadIdx.x == 0)
-    p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + token * p.lse_row_stride] = lse;
 }
 
 // Appends k_new / v_new (the cache's dtype Tc) at positions cached_keys(b) ... of each sequence's

@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "kernels/decode/decode_kernel.cuh"
+#include "kernels/merge/merge.h"
 
 namespace hfa::flash_decode {
 
@@ -26,6 +27,35 @@ inline cudaError_t device_major(int device, DeviceOnce& once, int* major) {
   cudaError_t err = cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device);
   if (err == cudaSuccess && device < kMaxDevices) once.major[device].store(*major);
   return err;
+}
+
+static_assert(kDecodeMaxSplits <= kMaxMergeParts, "one merge takes every split");
+
+// The splits' fp32 partial results (DecodeProblem::o_partial, lse_partial: (num_splits, batch,
+// seqlen_q, heads_q[, head_dim]), packed) as a merge into q's dtype, out and lse.
+inline MergeProblem split_results(const DecodeProblem& p) {
+  MergeProblem m;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;
+  m.num_parts = p.num_splits;
+  m.batch = p.batch, m.seqlen = p.seqlen_q, m.heads = p.heads_q, m.head_dim = p.head_dim;
+  m.o_parts = p.o_partial;
+  m.part_dtype = DType::kFP32;
+  m.o_part_stride = rows * p.head_dim;
+  m.o_batch_stride = static_cast<int64_t>(p.seqlen_q) * p.heads_q * p.head_dim;
+  m.o_row_stride = static_cast<int64_t>(p.heads_q) * p.head_dim;
+  m.o_head_stride = p.head_dim;
+  m.lse_parts = p.lse_partial;
+  m.lse_part_stride = rows;
+  m.lse_batch_stride = static_cast<int64_t>(p.seqlen_q) * p.heads_q;
+  m.lse_head_stride = 1;
+  m.lse_row_stride = p.heads_q;
+  m.out = p.o;
+  m.out_dtype = p.dtype;
+  m.out_batch_stride = p.o_batch_stride, m.out_row_stride = p.o_row_stride, m.out_head_stride = p.o_head_stride;
+  m.lse = p.lse;
+  m.lse_out_batch_stride = p.lse_batch_stride, m.lse_out_head_stride = p.lse_head_stride;
+  m.lse_out_row_stride = p.lse_row_stride;
+  return m;
 }
 
 // T: q's dtype; Tc: the cache's (T, or __nv_fp8_storage_t for e4m3).
@@ -54,19 +84,10 @@ cudaError_t launch_policy(const DecodeProblem& p, cudaStream_t stream) {
            stream>>>(p);
   err = cudaGetLastError();
   if (err != cudaSuccess || p.num_splits == 1) return err;
-  // The combine, launched as the split kernel's programmatic dependent on sm90 (it waits for the
-  // split grid in the kernel: decode_kernel.cuh); in stream order before.
-  const long long rows = static_cast<long long>(p.batch) * p.seqlen_q * p.heads_q;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(rows));  // a CTA per output row
-  config.blockDim = dim3(128);
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = major >= 9 ? 1 : 0;
-  return cudaLaunchKernelEx(&config, decode_combine_kernel<T, D>, p);
+  // The merge of the splits' partial results, launched as the split kernel's programmatic
+  // dependent on sm90 (it waits for the split grid in the kernel: merge_kernel.cuh); in stream
+  // order before.
+  return merge::launch(split_results(p), stream, /*as_dependent=*/major >= 9);
 }
 
 template <typename T, int D>

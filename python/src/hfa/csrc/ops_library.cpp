@@ -100,6 +100,8 @@ TORCH_LIBRARY(hfa, m) {
   m.def("plan_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor? k, Tensor? v, "
         "Tensor cache_seqlens, Tensor? page_table, Tensor? cache_batch_idx, bool causal, "
         "int num_splits, Tensor? k_descale, Tensor? v_descale) -> (int, int)");
+  // The exact merge of partial results over disjoint key sets: -> (out, lse).
+  m.def("merge_attention(Tensor o_parts, Tensor lse_parts, ScalarType? out_dtype=None) -> (Tensor, Tensor)");
   m.def("select_kernel(Tensor q, Tensor k, Tensor v, bool causal) -> str", &hfa_torch::select_kernel);
   m.def("list_kernels(bool backward=False) -> str", &hfa_torch::list_kernels);
 }

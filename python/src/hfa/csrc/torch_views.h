@@ -38,7 +38,7 @@ inline hfa::DType to_hfa_dtype(const at::Tensor& t, const char* name) {
 inline hfa::TensorView to_view(const at::Tensor& t, const char* name, const at::Device& device) {
   TORCH_CHECK_VALUE(t.is_cuda() && t.device() == device, name, ": tensor is on ", t.device().str(),
                     "; hfa needs CUDA tensors, all on q's device (", device.str(), ")");
-  TORCH_CHECK_VALUE(t.dim() <= hfa::kMaxRank, name, ": expected at most 4 dimensions, got ", t.dim());
+  TORCH_CHECK_VALUE(t.dim() <= hfa::kMaxRank, name, ": expected at most ", hfa::kMaxRank, " dimensions, got ", t.dim());
   hfa::TensorView v;
   v.data = t.data_ptr();
   v.dtype = to_hfa_dtype(t, name);

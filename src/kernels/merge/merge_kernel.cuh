@@ -1,0 +1,138 @@
+// The exact merge of partial attention results (hfa::merge_attention; flash decode's split results).
+// With O_i, LSE_i a query row's output and log-sum-exp over key set i (the sets disjoint), the row
+// over all the keys is
+//   LSE = log sum_i exp(LSE_i),   O = sum_i exp(LSE_i - LSE) O_i,
+// computed in fp32. A part with LSE_i = -inf saw no key: weight 0, its O is not read. A row whose
+// every part saw no key gets O = 0, LSE = -inf.
+//
+// One CTA per output row (b, token, head). The row's D columns are read 4 at a time by D / 4
+// threads, and the CTA's kGroups such groups take every kGroups-th part, each with kUnroll loads in
+// flight: flash decode's partial results come from L2, and a loop of one dependent load per part
+// (the first version: a warp per row) took 12 us at 33 splits, as long as the split kernel's own
+// 8k keys. Every read of a row's parts happens before its first write (a __syncthreads between),
+// so out may be one of the parts.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <type_traits>
+
+#include "kernels/common/dependent_launch.cuh"
+#include "kernels/common/numeric.cuh"
+#include "kernels/merge/merge_problem.h"
+
+namespace hfa::merge {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+// Four consecutive elements of T as floats, and back (8 bytes for bf16/fp16, 16 for fp32).
+template <typename T> __device__ __forceinline__ float4 load4(const T* src) {
+  if constexpr (std::is_same_v<T, float>) {
+    return *reinterpret_cast<const float4*>(src);
+  } else {
+    const uint2 raw = *reinterpret_cast<const uint2*>(src);
+    const T* e = reinterpret_cast<const T*>(&raw);
+    return make_float4(to_float(e[0]), to_float(e[1]), to_float(e[2]), to_float(e[3]));
+  }
+}
+template <typename T> __device__ __forceinline__ void store4(T* dst, float4 v) {
+  if constexpr (std::is_same_v<T, float>) {
+    *reinterpret_cast<float4*>(dst) = v;
+  } else {
+    __align__(8) T quad[4] = {from_float<T>(v.x), from_float<T>(v.y), from_float<T>(v.z), from_float<T>(v.w)};
+    *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(quad);
+  }
+}
+
+inline constexpr int kMergeThreads = 128;
+
+template <typename TPart, typename TOut, int D>
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeProblem p) {
+  constexpr int kThreads = kMergeThreads, kWarps = kThreads / 32;
+  constexpr int kColThreads = D / 4, kGroups = kThreads / kColThreads, kUnroll = 4;
+  constexpr int kLsePerThread = kMaxMergeParts / kThreads;
+  static_assert(kThreads % kColThreads == 0 && kMaxMergeParts % kThreads == 0, "thread layout");
+  __shared__ float weights[kMaxMergeParts];
+  __shared__ float warp_partial[kWarps];
+  __shared__ float4 group_acc[kGroups][kColThreads];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x;  // (b, token, head), head fastest
+  const int head = static_cast<int>(row % p.heads);
+  const int token = static_cast<int>((row / p.heads) % p.seqlen);
+  const int b = static_cast<int>(row / (static_cast<int64_t>(p.heads) * p.seqlen));
+  wait_for_prerequisite_grid();  // as flash decode's dependent: its split results are complete
+
+  // The block's max and sum of one value per thread (all threads take part).
+  auto block_reduce = [&](float v, bool is_max) {
+    for (int off = 16; off > 0; off /= 2) {
+      const float o = __shfl_xor_sync(0xffffffffu, v, off);
+      v = is_max ? fmaxf(v, o) : v + o;
+    }
+    if (lane == 0) warp_partial[warp] = v;
+    __syncthreads();
+    v = warp_partial[0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) v = is_max ? fmaxf(v, warp_partial[w]) : v + warp_partial[w];
+    __syncthreads();  // warp_partial is reused by the next reduction
+    return v;
+  };
+  const float* lse_row = p.lse_parts + b * p.lse_batch_stride + head * p.lse_head_stride +
+                         token * p.lse_row_stride;
+  float lse_s[kLsePerThread];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kLsePerThread; ++i) {
+    const int s = threadIdx.x + kThreads * i;
+    lse_s[i] = s < p.num_parts ? lse_row[s * p.lse_part_stride] : -INFINITY;
+    mx = fmaxf(mx, lse_s[i]);
+  }
+  mx = block_reduce(mx, true);
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < kLsePerThread; ++i) sum += mx == -INFINITY ? 0.f : exp2_approx((lse_s[i] - mx) * kLog2e);
+  sum = block_reduce(sum, false);
+  const float lse = mx == -INFINITY ? -INFINITY : mx + logf(sum);
+#pragma unroll
+  for (int i = 0; i < kLsePerThread; ++i) {
+    const int s = threadIdx.x + kThreads * i;
+    if (s < p.num_parts) weights[s] = mx == -INFINITY ? 0.f : exp2_approx((lse_s[i] - lse) * kLog2e);
+  }
+  __syncthreads();
+
+  const int group = threadIdx.x / kColThreads, c4 = threadIdx.x % kColThreads;
+  const TPart* src = static_cast<const TPart*>(p.o_parts) + b * p.o_batch_stride +
+                     token * p.o_row_stride + head * p.o_head_stride + 4 * c4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s0 = group; s0 < p.num_parts; s0 += kGroups * kUnroll) {
+    float w[kUnroll];
+    float4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {  // the loads first, then the sums: kUnroll in flight
+      const int s = s0 + u * kGroups;
+      w[u] = s < p.num_parts ? weights[s] : 0.f;
+      // a part that saw no key (or a negligible one) has weight 0: its O is not read
+      v[u] = w[u] != 0.f ? load4(src + s * p.o_part_stride) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      acc.x += w[u] * v[u].x, acc.y += w[u] * v[u].y, acc.z += w[u] * v[u].z, acc.w += w[u] * v[u].w;
+    }
+  }
+  group_acc[group][c4] = acc;
+  __syncthreads();  // every read of the parts is done: out may alias one of them
+  if (group == 0) {
+#pragma unroll
+    for (int g = 1; g < kGroups; ++g) {
+      const float4 a = group_acc[g][c4];
+      acc.x += a.x, acc.y += a.y, acc.z += a.z, acc.w += a.w;
+    }
+    store4(static_cast<TOut*>(p.out) + b * p.out_batch_stride + token * p.out_row_stride +
+               head * p.out_head_stride + 4 * c4,
+           acc);
+  }
+  if (p.lse && threadIdx.x == 0)
+    p.lse[b * p.lse_out_batch_stride + head * p.lse_out_head_stride + token * p.lse_out_row_stride] = lse;
+}
+
+}  // namespace hfa::merge
