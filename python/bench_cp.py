@@ -8,7 +8,8 @@ bf16; the shards zigzag's), on every GPU (one process each, NCCL, NVLink multica
   - "hfa_1gpu": hfa.attention on the whole sequence on GPU 0 alone (the others wait), same kinds;
                 skipped where it does not fit
   - "torch_cp": torch.distributed.tensor.experimental.context_parallel over SDPA (its default
-                backend choice, load balancing on for causal), same kinds; its failure is reported
+                backend choice; its load balancing on for causal, off without: it refuses that),
+                same kinds; its failure is reported
 scaling = (time on 1 GPU) / (world x time on world GPUs): 1.0 is perfect.
 
 Timing: wall clock of each call between a barrier + synchronize and a synchronize on every rank,
@@ -89,7 +90,10 @@ def torch_cp_rows(args, rank, world, s, causal):
     try:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.experimental import context_parallel
+        from torch.distributed.tensor.experimental._attention import _cp_options
         import torch.nn.functional as F
+        # Its load balancing (on by default) refuses is_causal=False: off there, as it asks.
+        _cp_options.enable_load_balance = causal
         mesh = init_device_mesh("cuda", (world,))
         g = torch.Generator(device="cuda").manual_seed(s)
         # SDPA's layout (batch, heads, seqlen, d), the whole sequence on every rank: the context
@@ -111,7 +115,8 @@ def torch_cp_rows(args, rank, world, s, causal):
 def write_json(args, world, rows):
     meta = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(0),
             "world": world, "torch": torch.__version__, "commit": os.environ.get("HFA_COMMIT", "unknown"),
-            "command": " ".join(sys.argv), "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE")}
+            "command": " ".join(sys.argv),
+            "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}}
     with open(args.json, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
 
@@ -127,7 +132,7 @@ def worker(rank, world, args, init_file):
     for s, causal in configs:
         ring = ring_rows(args, rank, world, s, causal)
         torch.cuda.empty_cache()
-        one = one_gpu[(s, causal)] = one_gpu_rows(args, rank, world, s, causal)
+        one = one_gpu[(s, causal)] = {} if args.no_1gpu else one_gpu_rows(args, rank, world, s, causal)
         for kind in ("cp_fwd", "cp_step"):
             ms1 = one.get(kind)
             r = {"impl": "ring", "kind": kind, "world": world, "seqlen_q": s, "causal": causal,
@@ -173,6 +178,7 @@ def main():
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-torch-cp", action="store_true")
+    ap.add_argument("--no-1gpu", action="store_true", help="skip hfa on one GPU (no scaling column)")
     args = ap.parse_args()
     args.seqlens = [int(x) for x in args.seqlens.split(",")]
     world = torch.cuda.device_count()

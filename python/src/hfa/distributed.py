@@ -103,11 +103,17 @@ class _Ring:
         """The rank whose K/V block this rank holds at `step`."""
         return (self.rank - step) % self.world
 
-    def exchange(self, send: torch.Tensor, recv: torch.Tensor):
-        """Starts sending `send` to the next rank and receiving `recv` from the previous one."""
-        ops = [dist.P2POp(dist.isend, send, self.next, self.group),
-               dist.P2POp(dist.irecv, recv, self.prev, self.group)]
+    def exchange(self, send, recv):
+        """Starts sending the tensors `send` to the next rank and receiving `recv` (as many, in the
+        same order) from the previous one: one batch of NCCL transfers."""
+        ops = [dist.P2POp(dist.isend, t, self.next, self.group) for t in send]
+        ops += [dist.P2POp(dist.irecv, t, self.prev, self.group) for t in recv]
         return dist.batch_isend_irecv(ops)
+
+    def block_like(self, x: torch.Tensor, step: int, dtype=None):
+        """An empty tensor shaped like `x` with the key count of the block held at `step`."""
+        return x.new_empty((x.shape[0], self.lens[self.source(step)]) + tuple(x.shape[2:]),
+                           dtype=dtype or x.dtype)
 
     def check_zigzag(self):
         for r, n in enumerate(self.lens):
@@ -136,63 +142,72 @@ def _block_rows(ring: _Ring, step: int, causal: bool):
     return False, ring.first[ring.rank], None  # the second chunk's queries against the whole block
 
 
+def _pass_on(ring: _Ring, kv, step: int):
+    """Starts sending the K/V block in hand to the next rank and receiving the next step's from the
+    previous one: (the next step's block, the requests); (None, []) at the last step."""
+    if step + 1 == ring.world:
+        return None, []
+    nxt = tuple(ring.block_like(x, step + 1) for x in kv)
+    return nxt, ring.exchange(kv, nxt)
+
+
+def _first_keys(kv, keys):
+    """The block's K and V, or their first `keys` rows."""
+    return kv if keys is None else tuple(x[:, :keys] for x in kv)
+
+
 def _ring_forward(q, k, v, causal, softmax_scale, ring: _Ring):
     world = ring.world
     b, s, hq, d = q.shape
     o_parts = q.new_empty((world, b, s, hq, d))
     lse_parts = torch.full((world, b, hq, s), float("-inf"), dtype=torch.float32, device=q.device)
-    kv = torch.stack([k, v])  # one buffer to send: (2, batch, seqlen, heads_kv, d)
+    kv = (k.contiguous(), v.contiguous())  # the block in hand (NCCL sends contiguous tensors)
     for step in range(world):
-        reqs = []
-        if step + 1 < world:
-            nxt = kv.new_empty((2, b, ring.lens[ring.source(step + 1)]) + tuple(kv.shape[3:]))
-            reqs = ring.exchange(kv, nxt)
+        nxt, reqs = _pass_on(ring, kv, step)
         mask, row0, keys = _block_rows(ring, step, causal)
-        kb, vb = (kv[0], kv[1]) if keys is None else (kv[0, :, :keys], kv[1, :, :keys])
+        kb, vb = _first_keys(kv, keys)
         o, lse = _attention_fwd(q[:, row0:], kb, vb, mask, softmax_scale, "auto")
         o_parts[step, :, row0:] = o
         lse_parts[step, :, :, row0:] = lse
         _wait(reqs)
-        if step + 1 < world:
-            kv = nxt
+        kv = nxt
     return _merge_attention(o_parts, lse_parts, q.dtype)
 
 
 def _ring_backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, ring: _Ring):
     world = ring.world
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    kv = torch.stack([k, v])
-    dkv = None      # fp32 (2, batch, keys, heads_kv, d): the dk/dv sum of the block in hand
+    kv = (k.contiguous(), v.contiguous())
+    dkv = None  # fp32 (dk, dv) sums of the block in hand, from the ranks it has visited
+    dq = None
     dkv_reqs = []
     for step in range(world):
-        kv_reqs = []
-        if step + 1 < world:
-            nxt = kv.new_empty((2,) + tuple(kv.shape[1:2]) + (ring.lens[ring.source(step + 1)],) +
-                               tuple(kv.shape[3:]))
-            kv_reqs = ring.exchange(kv, nxt)
+        nxt, kv_reqs = _pass_on(ring, kv, step)
         mask, row0, keys = _block_rows(ring, step, causal)
-        kb, vb = (kv[0], kv[1]) if keys is None else (kv[0, :, :keys], kv[1, :, :keys])
+        kb, vb = _first_keys(kv, keys)
         dq_b, dk_b, dv_b, _ = _attention_bwd(q[:, row0:], kb, vb, out[:, row0:], dout[:, row0:],
                                              lse[:, :, row0:].contiguous(), mask, softmax_scale,
                                              deterministic)
-        dq[:, row0:] += dq_b
-        if step == 0:
-            dkv = torch.zeros(kv.shape, dtype=torch.float32, device=q.device)
+        if step == 0:  # every row and every key of its own block
+            f32 = lambda x: x.to(torch.float32, memory_format=torch.contiguous_format)
+            dq, dkv = f32(dq_b), (f32(dk_b), f32(dv_b))
         else:
-            _wait(dkv_reqs)  # the block's sum from the ranks before, received into dkv
-        n = kv.shape[2] if keys is None else keys
-        dkv[0, :, :n] += dk_b
-        dkv[1, :, :n] += dv_b
-        # On to the next rank, which holds this block next step (the last step: its owner).
+            dq[:, row0:] += dq_b
+            _wait(dkv_reqs)  # the block's sums from the ranks before, received into dkv
+            n = dk_b.shape[1]
+            dkv[0][:, :n] += dk_b
+            dkv[1][:, :n] += dv_b
+        # On to the next rank, which holds this block next step. The last step sends each block's
+        # finished sums to its owner, which only casts them to k's dtype: sent in that dtype, half
+        # the bytes of the one transfer that no compute hides.
         if world > 1:
-            recv = torch.empty((2,) + tuple(kv.shape[1:2]) + (ring.lens[ring.source(step + 1)],) +
-                               tuple(kv.shape[3:]), dtype=torch.float32, device=q.device)
-            dkv_reqs = ring.exchange(dkv, recv)
+            last = step + 1 == world
+            send = tuple(x.to(k.dtype) for x in dkv) if last else dkv
+            recv = tuple(ring.block_like(x, step + 1, k.dtype if last else torch.float32) for x in (k, v))
+            dkv_reqs = ring.exchange(send, recv)
         _wait(kv_reqs)
-        if step + 1 < world:
-            kv = nxt
+        kv = nxt
         if world > 1:
-            dkv_sent, dkv = dkv, recv  # dkv_sent stays alive until its send is waited on
+            dkv = recv
     _wait(dkv_reqs)
     return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
 

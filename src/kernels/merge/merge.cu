@@ -11,11 +11,17 @@ namespace {
 
 template <typename TPart, typename TOut>
 cudaError_t launch_typed(const MergeProblem& p, cudaStream_t stream, bool as_dependent) {
-  auto* kernel = p.head_dim == 64    ? merge_kernel<TPart, TOut, 64>
-                 : p.head_dim == 128 ? merge_kernel<TPart, TOut, 128>
-                                     : merge_kernel<TPart, TOut, 256>;
+  const bool warp_rows = p.num_parts <= kWarpRowMaxParts;
+  auto* kernel = warp_rows ? (p.head_dim == 64    ? merge_rows_kernel<TPart, TOut, 64>
+                              : p.head_dim == 128 ? merge_rows_kernel<TPart, TOut, 128>
+                                                  : merge_rows_kernel<TPart, TOut, 256>)
+                           : (p.head_dim == 64    ? merge_kernel<TPart, TOut, 64>
+                              : p.head_dim == 128 ? merge_kernel<TPart, TOut, 128>
+                                                  : merge_kernel<TPart, TOut, 256>);
+  constexpr int64_t kRowsPerWarpCta = kMergeThreads / 32;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(p.rows()));  // a CTA per output row
+  // a warp per output row, or a CTA per output row
+  config.gridDim = dim3(static_cast<unsigned>(warp_rows ? (p.rows() + kRowsPerWarpCta - 1) / kRowsPerWarpCta : p.rows()));
   config.blockDim = dim3(kMergeThreads);
   config.stream = stream;
   cudaLaunchAttribute attribute[1];

@@ -5,7 +5,13 @@
 // computed in fp32. A part with LSE_i = -inf saw no key: weight 0, its O is not read. A row whose
 // every part saw no key gets O = 0, LSE = -inf.
 //
-// One CTA per output row (b, token, head). The row's D columns are read 4 at a time by D / 4
+// Few parts (num_parts <= kWarpRowMaxParts: context parallelism's blocks, flash decode at large
+// batch): merge_rows_kernel, a warp per row and 4 rows per CTA; the lanes hold the parts' LSEs and
+// every part's load of a row is issued before the sums, with no block-wide synchronization. A CTA
+// per row, as below, spent most of its short life in its four __syncthreads: at 262k rows of 2
+// parts (a 32k sequence over 2 GPUs) about 0.5 ms.
+//
+// Many parts: merge_kernel, one CTA per output row (b, token, head). The row's D columns are read 4 at a time by D / 4
 // threads, and the CTA's kGroups such groups take every kGroups-th part, each with kUnroll loads in
 // flight: flash decode's partial results come from L2, and a loop of one dependent load per part
 // (the first version: a warp per row) took 12 us at 33 splits, as long as the split kernel's own
@@ -46,6 +52,60 @@ template <typename T> __device__ __forceinline__ void store4(T* dst, float4 v) {
 }
 
 inline constexpr int kMergeThreads = 128;
+inline constexpr int kWarpRowMaxParts = 8;
+
+// (b, token, head) of output row `row`, head fastest.
+struct RowIndex {
+  int b, token, head;
+  __device__ RowIndex(const MergeProblem& p, int64_t row)
+      : b(static_cast<int>(row / (static_cast<int64_t>(p.heads) * p.seqlen))),
+        token(static_cast<int>((row / p.heads) % p.seqlen)),
+        head(static_cast<int>(row % p.heads)) {}
+};
+
+template <typename TPart, typename TOut, int D>
+__global__ void __launch_bounds__(kMergeThreads) merge_rows_kernel(MergeProblem p) {
+  constexpr int kWarps = kMergeThreads / 32, kPasses = (D + 127) / 128;  // 4 columns per lane a pass
+  const int lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  wait_for_prerequisite_grid();  // as flash decode's dependent: its split results are complete
+  if (row >= p.rows()) return;   // the whole warp
+  const RowIndex r(p, row);
+  const float lse_lane = lane < p.num_parts
+                             ? p.lse_parts[lane * p.lse_part_stride + r.b * p.lse_batch_stride +
+                                           r.head * p.lse_head_stride + r.token * p.lse_row_stride]
+                             : -INFINITY;
+  float mx = lse_lane;
+  for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  float sum = mx == -INFINITY ? 0.f : exp2_approx((lse_lane - mx) * kLog2e);
+  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  const float lse = mx == -INFINITY ? -INFINITY : mx + logf(sum);
+  const float w_lane = mx == -INFINITY ? 0.f : exp2_approx((lse_lane - lse) * kLog2e);
+  float w[kWarpRowMaxParts];
+#pragma unroll
+  for (int s = 0; s < kWarpRowMaxParts; ++s) w[s] = __shfl_sync(0xffffffffu, w_lane, s);  // 0 past num_parts
+
+  const TPart* src = static_cast<const TPart*>(p.o_parts) + r.b * p.o_batch_stride +
+                     r.token * p.o_row_stride + r.head * p.o_head_stride;
+  TOut* dst = static_cast<TOut*>(p.out) + r.b * p.out_batch_stride + r.token * p.out_row_stride +
+              r.head * p.out_head_stride;
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int col = pass * 128 + 4 * lane;
+    if (col >= D) break;  // D = 64: half the lanes
+    float4 v[kWarpRowMaxParts];
+#pragma unroll
+    for (int s = 0; s < kWarpRowMaxParts; ++s)  // the loads first: all in flight
+      v[s] = w[s] != 0.f ? load4(src + s * p.o_part_stride + col) : make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int s = 0; s < kWarpRowMaxParts; ++s)
+      acc.x += w[s] * v[s].x, acc.y += w[s] * v[s].y, acc.z += w[s] * v[s].z, acc.w += w[s] * v[s].w;
+    store4(dst + col, acc);  // after this lane's reads of the same columns: out may be a part
+  }
+  if (p.lse && lane == 0)
+    p.lse[r.b * p.lse_out_batch_stride + r.head * p.lse_out_head_stride + r.token * p.lse_out_row_stride] = lse;
+}
 
 template <typename TPart, typename TOut, int D>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeProblem p) {
@@ -58,9 +118,8 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeProblem p) {
   __shared__ float4 group_acc[kGroups][kColThreads];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x;  // (b, token, head), head fastest
-  const int head = static_cast<int>(row % p.heads);
-  const int token = static_cast<int>((row / p.heads) % p.seqlen);
-  const int b = static_cast<int>(row / (static_cast<int64_t>(p.heads) * p.seqlen));
+  const RowIndex r(p, row);
+  const int head = r.head, token = r.token, b = r.b;
   wait_for_prerequisite_grid();  // as flash decode's dependent: its split results are complete
 
   // The block's max and sum of one value per thread (all threads take part).

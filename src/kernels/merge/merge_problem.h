@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "common/problem.h"
 #include "hfa/hfa.h"
 
 namespace hfa {
@@ -28,7 +29,7 @@ struct MergeProblem {
   int64_t lse_out_batch_stride = 0, lse_out_head_stride = 0, lse_out_row_stride = 0;
   int num_parts = 0, batch = 0, seqlen = 0, heads = 0, head_dim = 0;
 
-  int64_t rows() const { return static_cast<int64_t>(batch) * seqlen * heads; }
+  HFA_HOST_DEVICE int64_t rows() const { return static_cast<int64_t>(batch) * seqlen * heads; }
 };
 
 }  // namespace hfa
