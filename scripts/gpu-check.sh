@@ -11,6 +11,8 @@
 #      "fp8-accuracy", after "python")
 #   6. flash decode: its sanitizer runs (step "decode-sanitize") and hfa-bench --decode's sweep
 #      next to cuDNN, torch's FLASH backend and FlashAttention-3 (step "decode")
+#   7. context parallelism on 2+ GPUs: python/bench_cp.py (step "cp"; the ring's tests are in the
+#      "python" step's suite, skipped with the reason on one GPU)
 # Logs go to $OUT (default ./gpu-check-out) as few files (the device tool returns at most 8):
 # summary.txt, steps.log, tables.txt, sweep-<kernel>.json, peers.json, peers.png, peers-bwd.json.
 # Builds first unless $HFA_BUILD_DIR already holds working binaries (carried builds).
@@ -219,6 +221,13 @@ if [[ " $steps " == *" peers-bwd "* ]]; then
   step peers-bwd bash -c "set -o pipefail; cd /tmp && PYTHONUNBUFFERED=1 python3 '$root/python/bench_peers.py' \
     --bwd --kernels '${PEER_BWD_KERNELS:-bwd_sm90,fa2}' --peers cudnn,torch_flash ${PEER_ARGS:-} \
     --json '$out/peers-bwd.json' --plot '$out/peers-bwd.png' | tee -a '$out/tables.txt'"
+fi
+
+if [[ " $steps " == *" cp "* ]]; then
+  # Context parallelism (hfa.distributed.ring_attention) on every visible GPU (2 or more), next to
+  # hfa on one GPU and PyTorch's context_parallel; NVLink multicast stays off (device docs).
+  step cp bash -c "set -o pipefail; cd /tmp && NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 python3 \
+    '$root/python/bench_cp.py' --json '$out/cp.json' | tee -a '$out/tables.txt'"
 fi
 
 echo
