@@ -166,7 +166,15 @@ def _gloo_worker(rank, world, init_file, result_dir):
                 err = (g - shard(r)).abs().max().item() if g.numel() else 0.0
                 if not err < 1e-5:  # the LSE is fp32, as hfa's (else exact): ~1e-7 here
                     failures.append(f"world {world} s {s} causal {causal} rank {rank}: {what} err {err:.2e}")
-    except Exception as e:
+        # Ranks that disagree on the heads: every rank refuses, none waits for the others.
+        q = torch.randn(1, 8, 2 + 2 * rank, 4, dtype=torch.float64)
+        try:
+            hd.ring_attention(q, q, q)
+            failures.append(f"rank {rank}: heads differing across ranks were not refused")
+        except ValueError as e:
+            if "every rank of the ring must agree" not in str(e):
+                failures.append(f"rank {rank}: wrong error for differing heads: {e}")
+    except Exception:
         import traceback
         failures.append(f"rank {rank}: {traceback.format_exc()}")
     finally:

@@ -6,7 +6,8 @@ the keys/values of the same positions. ``ring_attention`` passes the K/V shards 
 shard in hand, and merges the partial results exactly through their LSE (``hfa.merge_attention``,
 the kernel flash decode's splits use). The backward runs hfa's backward per block with the merged
 output and LSE (so every block's gradient is exact), keeps dq local and sends each K/V block's
-dk/dv accumulator (fp32) around the ring behind the block until it is back at its owner.
+dk/dv sums (fp32; the last hop in k's dtype) around the ring behind the block until they are back
+at its owner.
 
 Causal attention needs the zigzag layout: the sequence cut into 2 * world chunks, rank r holding
 chunks r and 2 * world - 1 - r (``zigzag_shard``). Every rank then does the same work at every
@@ -20,7 +21,8 @@ block (from a higher rank). Without causal any sharding works; zigzag is as good
 
 Shards may differ in length (a sequence that is no multiple of 2 * world: the chunks are
 ``torch.tensor_split``'s). The forward learns every rank's length with one all_gather (a host
-synchronization) per call. docs/PYTHON.md has the design and how it extends to more GPUs.
+synchronization) per call, which also checks that the ranks agree on batch, heads, head_dim and
+causal. docs/PYTHON.md has the design and how it extends to more GPUs.
 """
 from typing import List, Optional, Sequence
 
@@ -79,7 +81,7 @@ def zigzag_unshard(shards: Sequence[torch.Tensor], dim: int = 1) -> torch.Tensor
 class _Ring:
     """This rank's place in the group's ring and every rank's shard length."""
 
-    def __init__(self, group, local_len: int, device: torch.device):
+    def __init__(self, group, q: torch.Tensor, k: torch.Tensor, causal: bool):
         self.group = group
         self.world = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
@@ -87,13 +89,22 @@ class _Ring:
             else (self.rank + 1) % self.world
         self.prev = dist.get_global_rank(group, (self.rank - 1) % self.world) if group is not None \
             else (self.rank - 1) % self.world
+        # Every rank's shard length and the facts that must agree across ranks (a mismatch would
+        # leave the transfers waiting for tensors of other sizes): one all_gather, one host sync.
+        facts = [q.shape[1], q.shape[0], q.shape[2], k.shape[2], q.shape[3], int(causal)]
         if self.world == 1:
-            self.lens = [local_len]
+            every = [facts]
         else:
-            mine = torch.tensor([local_len], dtype=torch.int64, device=device)
-            every = [torch.empty_like(mine) for _ in range(self.world)]
-            dist.all_gather(every, mine, group=group)
-            self.lens = torch.cat(every).tolist()
+            mine = torch.tensor(facts, dtype=torch.int64, device=q.device)
+            gathered = [torch.empty_like(mine) for _ in range(self.world)]
+            dist.all_gather(gathered, mine, group=group)
+            every = torch.stack(gathered).tolist()
+        for r, theirs in enumerate(every):
+            if theirs[1:] != facts[1:]:
+                raise ValueError(
+                    f"q: (batch, heads_q, heads_kv, head_dim, causal) = {tuple(theirs[1:])} on rank {r} "
+                    f"but {tuple(facts[1:])} on rank {self.rank}; every rank of the ring must agree")
+        self.lens = [theirs[0] for theirs in every]
         self.seqlen = sum(self.lens)
         sizes = zigzag_chunk_sizes(self.seqlen, self.world)
         # first[r]: the length of rank r's first chunk (chunk r) in the zigzag layout
@@ -130,8 +141,8 @@ def _wait(reqs):
 
 
 def _block_rows(ring: _Ring, step: int, causal: bool):
-    """What this rank computes at `step` against the block from ring.source(step):
-    (causal mask, first query row, keys of the block) — rows and keys None for all of them."""
+    """What this rank computes at `step` against the block from ring.source(step): (causal mask,
+    its first query row, how many of the block's keys: None for all)."""
     src = ring.source(step)
     if not causal:
         return False, 0, None
@@ -215,7 +226,7 @@ def _ring_backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, softmax_scale, group, deterministic):
-        ring = _Ring(group, q.shape[1], q.device)
+        ring = _Ring(group, q, k, causal)
         if causal:
             ring.check_zigzag()
         out, lse = _ring_forward(q, k, v, causal, softmax_scale, ring)
