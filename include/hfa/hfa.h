@@ -57,7 +57,7 @@ const char* to_string(StatusCode code);
 enum class DType {
   kBF16,
   kFP16,
-  kFP32,  // LSE and descale factors; not accepted for Q/K/V/O
+  kFP32,  // LSE, descale factors, merge parts, the backward's dq/dk/dv; not Q/K/V/O
   kE4M3,  // float8 e4m3 (torch.float8_e4m3fn): Q/K/V of the FP8 forward (k7, k8); needs descales
   kI32,   // int32: decode's cache_seqlens, page_table and cache_batch_idx; not accepted elsewhere
 };
@@ -337,7 +337,9 @@ Status merge_attention(const MergeArgs& args, cudaStream_t stream = nullptr);
 
 // Arguments of the backward pass: the gradients of a loss L with respect to q, k and v, given
 // dout = dL/dout and what the forward pass returned (out and lse). Same shape and stride rules as
-// ForwardArgs; every tensor must have q's dtype except lse (fp32).
+// ForwardArgs; every tensor must have q's dtype except lse (fp32) and the gradients: dq, dk and
+// dv have q's dtype, or all three fp32 (the kernels' fp32 sums unrounded: for a caller that adds
+// gradients of several backward calls, as ring attention does per key block, and rounds once).
 struct BackwardArgs {
   TensorView q, k, v;  // the forward's inputs. Read only.
   TensorView out;      // the forward's output (batch, seqlen_q, heads_q, head_dim). Read only.

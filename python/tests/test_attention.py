@@ -301,6 +301,28 @@ def test_deterministic_backward_repeats_bit_for_bit():
         assert torch.equal(d, c), name
 
 
+def test_fp32_gradients_are_the_unrounded_sums():
+    """attention_bwd(grad_dtype=torch.float32): float32 dq, dk, dv that round to the bf16/fp16 call's
+    gradients (deterministic mode: the same sums) and are not all representable in that dtype."""
+    torch.manual_seed(6)
+    for dt in (torch.bfloat16, torch.float16):
+        q = torch.randn(2, 300, 8, 128, device="cuda", dtype=dt)
+        k, v = (torch.randn(2, 333, 2, 128, device="cuda", dtype=dt) for _ in range(2))
+        dout = torch.randn_like(q)
+        out, lse = torch.ops.hfa.attention_fwd(q, k, v, True, None, "auto")
+        bwd = lambda **kw: torch.ops.hfa.attention_bwd(q, k, v, out, dout, lse, True, None, True, **kw)  # noqa: E731
+        low, f32 = bwd()[:3], bwd(grad_dtype=torch.float32)[:3]
+        for name, a, b in zip(("dq", "dk", "dv"), low, f32):
+            assert b.dtype == torch.float32 and b.shape == a.shape, name
+            assert torch.equal(b.to(dt), a), name
+            assert not torch.equal(b.to(dt).float(), b), name  # not rounded before the store
+        with pytest.raises(ValueError, match="grad_dtype"):
+            bwd(grad_dtype=torch.float16 if dt == torch.bfloat16 else torch.bfloat16)
+        torch.library.opcheck(torch.ops.hfa.attention_bwd.default,
+                              (q, k, v, out, dout, lse, True, None, True),
+                              {"grad_dtype": torch.float32}, test_utils=("test_schema", "test_faketensor"))
+
+
 def test_opcheck_autograd():
     q, k, v = (x.requires_grad_() for x in _qkv())
     torch.library.opcheck(torch.ops.hfa.attention_fwd.default, (q, k, v, True, None, "auto"),

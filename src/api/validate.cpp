@@ -598,16 +598,23 @@ Status normalize_backward(const BackwardArgs& args, BwdProblem* bp) {
     r.dsinks_stride = args.dsinks.stride[0];
   }
   const DType dtype = args.q.dtype;
-  struct Grad { const TensorView& t; const char* name; const TensorView& like; const char* like_name; };
-  const Grad grads[] = {{args.dout, "dout", args.out, "out"}, {args.dq, "dq", args.q, "q"},
-                        {args.dk, "dk", args.k, "k"}, {args.dv, "dv", args.v, "v"}};
+  // dq, dk, dv: q's dtype, or all three fp32 (dq's dtype decides which the others must have).
+  r.grads_fp32 = args.dq.dtype == DType::kFP32;
+  const DType grad_dtype = r.grad_dtype();
+  struct Grad { const TensorView& t; const char* name; const TensorView& like; const char* like_name; DType dtype; };
+  const Grad grads[] = {{args.dout, "dout", args.out, "out", dtype}, {args.dq, "dq", args.q, "q", grad_dtype},
+                        {args.dk, "dk", args.k, "k", grad_dtype}, {args.dv, "dv", args.v, "v", grad_dtype}};
   const bool varlen = r.fwd.varlen();
   for (const Grad& g : grads) {
     if (varlen && g.t.rank != 3)
       return make_error(kInvalid, "%s: expected rank 3 (total, heads, head_dim) like %s with "
                         "cu_seqlens (a variable-length batch), got rank %d", g.name, g.like_name, g.t.rank);
     const TensorView t = varlen ? as_one_batch(g.t) : g.t;
-    HFA_RETURN_IF_ERROR(check_attention_tensor(t, g.name, dtype));
+    if (&g != &grads[0] && t.dtype != g.dtype)  // dq, dk, dv
+      return make_error(kInvalid, "%s: dtype %s; dq, dk and dv must all have q's dtype %s or all be "
+                        "fp32 (dq is %s)", g.name, to_string(t.dtype), to_string(dtype),
+                        to_string(args.dq.dtype));
+    HFA_RETURN_IF_ERROR(check_attention_tensor(t, g.name, g.dtype));
     for (int d = 0; d < 4; ++d)
       HFA_RETURN_IF_ERROR(check_same_dim(t, g.name, d, varlen ? as_one_batch(g.like) : g.like,
                                          g.like_name, d, "shape"));

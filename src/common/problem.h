@@ -107,6 +107,10 @@ struct BwdProblem {
   void* dq = nullptr;
   void* dk = nullptr;
   void* dv = nullptr;
+  // dq, dk and dv in fp32 (BackwardArgs: all three fp32), not in the inputs' dtype: the kernels
+  // store their fp32 sums unrounded.
+  bool grads_fp32 = false;
+  DType grad_dtype() const { return grads_fp32 ? DType::kFP32 : fwd.dtype; }
   // (batch, seqlen, heads) strides: dout and dq like q, dk and dv like k.
   int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
   int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;

@@ -354,7 +354,7 @@ TEST(BackwardValidation, GradientShapes) {
 TEST(BackwardValidation, GradientDtypeAndStride) {
   BackwardArgs a = valid_backward_args();
   a.dq.dtype = DType::kFP16;
-  expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"dq:", "fp16", "does not match"});
+  expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"dq:", "fp16", "q's dtype bf16", "fp32"});
   a = valid_backward_args();
   a.dout.dtype = DType::kFP32;
   expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"dout:", "fp32"});
@@ -364,6 +364,42 @@ TEST(BackwardValidation, GradientDtypeAndStride) {
   a = valid_backward_args();
   a.dk.data = nullptr;
   expect_error(plan_backward(a), StatusCode::kInvalidArgument, {"dk:", "null"});
+}
+
+// dq, dk, dv all fp32: accepted for both kernels (stored unrounded), fp32 strides by fp32's
+// 16-byte rule; mixed with q's dtype refused, naming the one that differs.
+TEST(BackwardValidation, Fp32Gradients) {
+  for (DType dtype : {DType::kBF16, DType::kFP16}) {
+    BackwardArgs a = valid_backward_args(dtype);
+    for (TensorView* t : {&a.dq, &a.dk, &a.dv})
+      *t = make_tensor(t->data, DType::kFP32, {t->shape[0], t->shape[1], t->shape[2], t->shape[3]});
+    BwdProblem p;
+    ASSERT_TRUE(normalize_backward(a, &p).ok());
+    EXPECT_TRUE(p.grads_fp32);
+    EXPECT_EQ(p.grad_dtype(), DType::kFP32);
+    EXPECT_EQ(p.dk_row_stride, kHkv * kD);  // in fp32 elements
+    for (const char* kernel : {"auto", "fa2", "bwd_sm90"}) {
+      if (kD == 256 && std::string(kernel) == "bwd_sm90") continue;  // no shape there
+      a.kernel = kernel;
+      EXPECT_TRUE(plan_backward(a).ok()) << kernel << ": " << plan_backward(a).message;
+    }
+    BackwardArgs mixed = a;
+    mixed.dv.dtype = dtype;
+    expect_error(plan_backward(mixed), StatusCode::kInvalidArgument,
+                 {"dv:", to_string(dtype), "all be fp32", "dq is fp32"});
+    mixed = valid_backward_args(dtype);
+    mixed.dk.dtype = DType::kFP32;  // dq in q's dtype: dk must be too
+    expect_error(plan_backward(mixed), StatusCode::kInvalidArgument, {"dk:", "fp32", "q's dtype"});
+    mixed = a;
+    mixed.dout.dtype = DType::kFP32;  // dout stays in q's dtype
+    expect_error(plan_backward(mixed), StatusCode::kInvalidArgument, {"dout:", "fp32", "does not match"});
+    mixed = a;
+    mixed.dq.stride[1] = kHq * kD + 2;  // 8 bytes past a 16-byte multiple in fp32
+    expect_error(plan_backward(mixed), StatusCode::kUnsupported, {"dq:", "seqlen stride", "16 bytes"});
+  }
+  BwdProblem p;
+  ASSERT_TRUE(normalize_backward(valid_backward_args(), &p).ok());
+  EXPECT_FALSE(p.grads_fp32);
 }
 
 TEST(BackwardValidation, KernelRules) {

@@ -1,10 +1,14 @@
 // Shared by the GPU tests: skip without a GPU, the kernel list, the head dims of this build.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -171,6 +175,81 @@ inline void expect_backward_bit_identical_on_fewer_sms(check::DeviceBuffers& buf
   }
   EXPECT_TRUE(outs[0] == outs[1]) << what << ": the run on 4 SMs differs";
   EXPECT_TRUE(outs[0] == outs[2]) << what << ": two full-GPU runs differ";
+}
+
+// x rounded to nearest (even) in dtype (bf16 or fp16), as its bits.
+inline uint16_t rounded_bits(float x, DType dtype) {
+  uint16_t bits;
+  if (dtype == DType::kBF16) {
+    const __nv_bfloat16 r = __float2bfloat16_rn(x);
+    std::memcpy(&bits, &r, 2);
+  } else {
+    const __half r = __float2half_rn(x);
+    std::memcpy(&bits, &r, 2);
+  }
+  return bits;
+}
+
+// Runs the backward `bwd` (gradients in q's dtype, in buf) and again with fp32 gradients (fresh
+// contiguous tensors, NaN-poisoned), and expects every fp32 element written and, rounded to q's
+// dtype, bit-identical to the first run's: the fp32 gradients are the sums the kernel otherwise
+// rounds. And not all of them representable in q's dtype (else they were rounded before the
+// store). bwd must give the same sums twice: deterministic mode, or dq with one KV block.
+inline void expect_fp32_gradients_round_to_dtype(check::DeviceBuffers& buf, const BackwardArgs& bwd,
+                                                 const std::string& what) {
+  const check::DeviceBuffers::Tensor* low[3] = {&buf.dq, &buf.dk, &buf.dv};
+  for (const auto* t : low)
+    ASSERT_EQ(cudaMemset(t->data, 0xFF, t->alloc_elems * size_of(t->view.dtype)), cudaSuccess);
+  Status st = backward(bwd);
+  if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << what << ": " << st.message;
+  ASSERT_TRUE(st.ok()) << what << ": " << st.message;
+
+  struct Fp32Grad {
+    float* data = nullptr;
+    ~Fp32Grad() { cudaFree(data); }
+  } f32[3];
+  BackwardArgs bwd32 = bwd;
+  TensorView* views[3] = {&bwd32.dq, &bwd32.dk, &bwd32.dv};
+  for (int g = 0; g < 3; ++g) {
+    const TensorView& v = low[g]->view;
+    ASSERT_EQ(cudaMalloc(&f32[g].data, v.numel() * sizeof(float) + 16), cudaSuccess);
+    ASSERT_EQ(cudaMemset(f32[g].data, 0xFF, v.numel() * sizeof(float)), cudaSuccess);
+    TensorView c = v;
+    c.data = f32[g].data;
+    c.dtype = DType::kFP32;
+    for (int64_t d = v.rank - 1, stride = 1; d >= 0; stride *= v.shape[d], --d) c.stride[d] = stride;
+    *views[g] = c;
+  }
+  st = backward(bwd32);
+  ASSERT_TRUE(st.ok()) << what << " (fp32 gradients): " << st.message;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  const char* names[3] = {"dq", "dk", "dv"};
+  int64_t inexact = 0;
+  for (int g = 0; g < 3; ++g) {
+    const TensorView& v = low[g]->view;
+    std::vector<uint16_t> got_low(low[g]->alloc_elems);
+    std::vector<float> got32(v.numel());
+    ASSERT_EQ(cudaMemcpy(got_low.data(), low[g]->data, got_low.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got32.data(), f32[g].data, got32.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    int64_t unwritten = 0, differ = 0;
+    for (int64_t i = 0; i < v.numel(); ++i) {
+      int64_t offset = 0;  // element i (row-major over v's shape) in the strided low-precision tensor
+      for (int64_t d = v.rank - 1, rest = i; d >= 0; rest /= v.shape[d], --d) offset += rest % v.shape[d] * v.stride[d];
+      const float x = got32[i];
+      if (std::isnan(x)) { ++unwritten; continue; }
+      const uint16_t r = rounded_bits(x, v.dtype);
+      differ += r != got_low[offset];
+      float back;
+      if (v.dtype == DType::kBF16) { __nv_bfloat16 b; std::memcpy(&b, &r, 2); back = __bfloat162float(b); }
+      else { __half h; std::memcpy(&h, &r, 2); back = __half2float(h); }
+      inexact += back != x;
+    }
+    EXPECT_EQ(unwritten, 0) << what << ": " << names[g] << " (fp32) elements not written";
+    EXPECT_EQ(differ, 0) << what << ": " << names[g] << " (fp32) elements whose rounding is not the "
+                         << to_string(v.dtype) << " run's, of " << v.numel();
+  }
+  EXPECT_GT(inexact, 0) << what << ": every fp32 gradient is a " << to_string(low[0]->view.dtype) << " value";
 }
 
 }  // namespace hfa::testing

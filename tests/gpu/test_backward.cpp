@@ -191,6 +191,39 @@ TEST_P(BackwardPerKernel, LongerSequencesGqa) {
   }
 }
 
+// dq, dk, dv in fp32 (BackwardArgs): the sums the kernel otherwise rounds to q's dtype, stored
+// unrounded, for every head dim it takes, bf16 and fp16, causal and not, GQA: the dtype run's
+// gradients must be the fp32 ones rounded (expect_fp32_gradients_round_to_dtype). Deterministic
+// mode where the kernel has it (dq's additions in a fixed order); else one KV block (a single
+// addition into each dq element, so the same sums in both runs).
+TEST_P(BackwardPerKernel, Fp32GradientsAreTheUnroundedSums) {
+  HFA_SKIP_WITHOUT_GPU();
+  const std::vector<int> dims = supported_head_dims(GetParam());
+  if (dims.empty()) GTEST_SKIP() << GetParam() << " takes no compiled head dim here";
+  uint64_t seed = 60;
+  for (int d : dims)
+    for (DType dtype : {DType::kBF16, DType::kFP16})
+      for (bool causal : {false, true}) {
+        check::Config c = backward_config({GetParam(), d, causal, dtype}, {2, 300, 333, 4, 2});
+        c.layout = kLayouts[1];  // strided gradients in q's dtype, contiguous fp32 ones
+        c.deterministic = true;
+        {
+          check::DeviceBuffers probe;
+          ASSERT_TRUE(probe.allocate(c).ok());
+          if (select_backward_kernel(probe.backward_args(), nullptr).code == StatusCode::kUnsupported) {
+            c.deterministic = false;
+            c.seqlen_k = 64;  // one KV block
+            c.heads_q = 6;
+            c.heads_kv = 3;
+          }
+        }
+        check::DeviceBuffers buf;
+        ASSERT_NO_FATAL_FAILURE(prepare_backward_inputs(buf, c, ++seed));
+        expect_fp32_gradients_round_to_dtype(buf, buf.backward_args(), c.describe());
+        if (IsSkipped() || HasFatalFailure()) return;
+      }
+}
+
 // select_backward_kernel names what "auto" runs (bwd_sm90 on Hopper where it has a shape, else
 // fa2) and refuses a named kernel that cannot take the problem, as the backward itself does.
 TEST(BackwardSelection, AutoAndNamedKernels) {

@@ -284,5 +284,21 @@ TEST(BackwardVarlenDeterministic, BitIdenticalOnFewerSms) {
   expect_backward_bit_identical_on_fewer_sms(buf, bwd, "varlen");
 }
 
+// fp32 gradients (BackwardArgs: dq, dk, dv all fp32) with a variable-length batch: the bf16/fp16
+// run's sums unrounded, with the rows past seqused_k and past the last sequence zero as well.
+TEST(BackwardVarlenFp32Gradients, RoundToTheDtypeRun) {
+  HFA_SKIP_WITHOUT_GPU();
+  PackedCase pc{"fp32", {100, 256, 31}, {300, 256, 90}, {250, 1, 90}, 3, 4, 1};
+  for (DType dtype : {DType::kBF16, DType::kFP16}) {
+    BackwardVarlenParam p{"auto", compiled_head_dims()[0], dtype, kModes[1], true};
+    check::DeviceBuffers buf;
+    ASSERT_TRUE(buf.allocate(backward_varlen_config(p, pc, 2)).ok());  // a strided layout
+    ASSERT_TRUE(buf.fill_random(34).ok());
+    ASSERT_TRUE(forward(buf.forward_args()).ok());
+    expect_fp32_gradients_round_to_dtype(buf, buf.backward_args(), std::string("varlen ") + to_string(dtype));
+    if (IsSkipped() || HasFatalFailure()) return;
+  }
+}
+
 }  // namespace
 }  // namespace hfa::testing

@@ -39,10 +39,20 @@ def _(q, k, v, causal, softmax_scale, kernel, q_descale=None, k_descale=None, v_
     return out, lse
 
 
+def _grads(q, k, v, sinks, grad_dtype):
+    """(dq, dk, dv, dsinks) of the backward ops: q's dtype, or float32 (grad_dtype)."""
+    if grad_dtype is not None and grad_dtype not in (q.dtype, torch.float32):
+        raise ValueError(f"grad_dtype: {grad_dtype}; the gradients are in q's dtype ({q.dtype}) "
+                         "or float32")
+    gd = grad_dtype or q.dtype
+    return (torch.empty_like(q, dtype=gd), torch.empty_like(k, dtype=gd),
+            torch.empty_like(v, dtype=gd), _dsinks(q, sinks))
+
+
 @torch.library.register_fake("hfa::attention_bwd")
 def _(q, k, v, out, dout, lse, causal, softmax_scale, deterministic=False, backward_kernel="auto",
-      window_left=-1, window_right=-1, softcap=0.0, sinks=None):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), _dsinks(q, sinks)
+      window_left=-1, window_right=-1, softcap=0.0, sinks=None, grad_dtype=None):
+    return _grads(q, k, v, sinks, grad_dtype)
 
 
 @torch.library.register_fake("hfa::attention_varlen_fwd")
@@ -57,8 +67,8 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k
 @torch.library.register_fake("hfa::attention_varlen_bwd")
 def _(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
       causal, softmax_scale, deterministic, backward_kernel, window_left, window_right, softcap,
-      sinks):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), _dsinks(q, sinks)
+      sinks, grad_dtype=None):
+    return _grads(q, k, v, sinks, grad_dtype)
 
 
 def quantized_shapes(q, k, block):

@@ -5,9 +5,9 @@ the keys/values of the same positions. ``ring_attention`` passes the K/V shards 
 (rank r sends to r + 1 and receives from r - 1), overlapping each transfer with attention on the
 shard in hand, and merges the partial results exactly through their LSE (``hfa.merge_attention``,
 the kernel flash decode's splits use). The backward runs hfa's backward per block with the merged
-output and LSE (so every block's gradient is exact), keeps dq local and sends each K/V block's
-dk/dv sums (fp32; the last hop in k's dtype) around the ring behind the block until they are back
-at its owner.
+output and LSE (so every block's gradient is exact) and its gradients in fp32 (unrounded, so the
+sums round once), keeps dq local and sends each K/V block's dk/dv sums (fp32; the last hop in k's
+dtype) around the ring behind the block until they are back at its owner.
 
 Causal attention needs the zigzag layout: the sequence cut into 2 * world chunks, rank r holding
 chunks r and 2 * world - 1 - r (``zigzag_shard``). Every rank then does the same work at every
@@ -195,12 +195,13 @@ def _ring_backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic
         nxt, kv_reqs = _pass_on(ring, kv, step)
         mask, row0, keys = _block_rows(ring, step, causal)
         kb, vb = _first_keys(kv, keys)
+        # The block's gradients in fp32, unrounded: the sums over the ring round once, at the end.
         dq_b, dk_b, dv_b, _ = _attention_bwd(q[:, row0:], kb, vb, out[:, row0:], dout[:, row0:],
                                              lse[:, :, row0:].contiguous(), mask, softmax_scale,
-                                             deterministic)
+                                             deterministic, grad_dtype=torch.float32)
         if step == 0:  # every row and every key of its own block
-            f32 = lambda x: x.to(torch.float32, memory_format=torch.contiguous_format)
-            dq, dkv = f32(dq_b), (f32(dk_b), f32(dv_b))
+            contiguous = lambda x: x.contiguous()  # noqa: E731
+            dq, dkv = contiguous(dq_b), (contiguous(dk_b), contiguous(dv_b))
         else:
             dq[:, row0:] += dq_b
             _wait(dkv_reqs)  # the block's sums from the ranks before, received into dkv

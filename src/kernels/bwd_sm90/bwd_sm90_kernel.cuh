@@ -113,22 +113,20 @@ struct BwdConfig {
 };
 
 // The rows of a thread's (rows, cols) accumulator fragment (times `factor`) to global memory in
-// the output dtype, rows at or past row_limit dropped: dst points at row 0, column 0. Adjacent
-// column pairs go out as one 4-byte store.
-template <typename T, class TA, class TC>
-__device__ __forceinline__ void store_fragment_rows(T* dst, int64_t row_stride, const TA& acc_rc,
+// the gradients' dtype G (T, or fp32 unrounded), rows at or past row_limit dropped: dst points at
+// row 0, column 0. Adjacent column pairs go out as one store (store2).
+template <typename G, class TA, class TC>
+__device__ __forceinline__ void store_fragment_rows(G* dst, int64_t row_stride, const TA& acc_rc,
                                                     const TC& coord_rc, int row_limit, float factor) {
   using namespace cute;
   CUTE_UNROLL
   for (int r = 0; r < size<0>(acc_rc); ++r) {
     const int row = get<0>(coord_rc(r, 0));
     if (row >= row_limit) continue;
-    T* out = dst + row * row_stride;
+    G* out = dst + row * row_stride;
     CUTE_UNROLL
-    for (int c = 0; c < size<1>(acc_rc); c += 2) {
-      T pair[2] = {from_float<T>(acc_rc(r, c) * factor), from_float<T>(acc_rc(r, c + 1) * factor)};
-      *reinterpret_cast<uint32_t*>(out + get<1>(coord_rc(r, c))) = *reinterpret_cast<uint32_t*>(pair);
-    }
+    for (int c = 0; c < size<1>(acc_rc); c += 2)
+      store2<G>(out + get<1>(coord_rc(r, c)), acc_rc(r, c) * factor, acc_rc(r, c + 1) * factor);
   }
 }
 
@@ -155,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // max_seqlen_k: a CTA past its sequence's keys zeroes the gradients of the rows it spans but
   // does not use (past seqused_k) and leaves. Only the lengths and the first query row live
   // through the walk: the first key row and the extent are read again for the stores
-  // (gradient_rows; kept in registers across the walk, they spilled).
+  // (with_gradient_rows; kept in registers across the walk, they spilled).
   FwdProblem sequence;
   SequenceOffsets at;
   if constexpr (kVarlen) {
@@ -167,28 +165,31 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   const FwdProblem& p = kVarlen ? sequence : bp.fwd;
   const int tma_b = kVarlen ? 0 : b;
-  // Row 0 of this CTA's dK and dV, and the rows of them its sequence spans (zeroed past seqlen_k).
-  auto gradient_rows = [&](T*& dk_out, T*& dv_out, int& k_rows) {
-    int k_begin = 0;
-    k_rows = bp.fwd.seqlen_k;
+  // Calls f(dk, dv, k_rows) with row 0 of this CTA's dK and dV, typed as the gradients are (T,
+  // or fp32: BwdProblem::grads_fp32), and the rows of them its sequence spans (zeroed past
+  // seqlen_k).
+  auto with_gradient_rows = [&](auto f) {
+    int k_begin = 0, k_rows = bp.fwd.seqlen_k;
     if constexpr (kVarlen) {
       const SequenceSpan span = sequence_span(bp.fwd, b);
       k_begin = span.k_begin;
       k_rows = span.k_rows;
     }
-    dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + hk * bp.dk_head_stride +
-             (int64_t(k_begin) + k0) * bp.dk_row_stride;
-    dv_out = static_cast<T*>(bp.dv) + b * bp.dv_batch_stride + hk * bp.dv_head_stride +
-             (int64_t(k_begin) + k0) * bp.dv_row_stride;
+    const int64_t dk_at = b * bp.dk_batch_stride + hk * bp.dk_head_stride + (int64_t(k_begin) + k0) * bp.dk_row_stride;
+    const int64_t dv_at = b * bp.dv_batch_stride + hk * bp.dv_head_stride + (int64_t(k_begin) + k0) * bp.dv_row_stride;
+    if (bp.grads_fp32)
+      f(static_cast<float*>(bp.dk) + dk_at, static_cast<float*>(bp.dv) + dv_at, k_rows);
+    else
+      f(static_cast<T*>(bp.dk) + dk_at, static_cast<T*>(bp.dv) + dv_at, k_rows);
   };
   if constexpr (kVarlen) {
     if (k0 >= p.seqlen_k) {
-      T *dk_out, *dv_out;
-      int k_rows;
-      gradient_rows(dk_out, dv_out, k_rows);
-      const int unused = min(k_rows - k0, kBlockN);
-      zero_rows<T, D>(dk_out, bp.dk_row_stride, unused, threadIdx.x, kThreads);
-      zero_rows<T, D>(dv_out, bp.dv_row_stride, unused, threadIdx.x, kThreads);
+      with_gradient_rows([&](auto* dk_out, auto* dv_out, int k_rows) {
+        using G = std::remove_pointer_t<decltype(dk_out)>;
+        const int unused = min(k_rows - k0, kBlockN);
+        zero_rows<G, D>(dk_out, bp.dk_row_stride, unused, threadIdx.x, kThreads);
+        zero_rows<G, D>(dv_out, bp.dv_row_stride, unused, threadIdx.x, kThreads);
+      });
       return;
     }
   }
@@ -449,17 +450,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   // dK = scale * sum dS^T Q and dV to global memory, rows past seqlen_k dropped (and zeroed up
   // to the sequence's rows when seqused_k leaves some unused).
   Tensor kv_coord_rc = sm90::as_rowcol(thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<D>>{})));
-  T *dk_out, *dv_out;
-  int k_rows;
-  gradient_rows(dk_out, dv_out, k_rows);
   const int used = p.seqlen_k - k0;
-  store_fragment_rows<T>(dk_out, bp.dk_row_stride, sm90::as_rowcol(tdK), kv_coord_rc, used, p.softmax_scale);
-  store_fragment_rows<T>(dv_out, bp.dv_row_stride, sm90::as_rowcol(tdV), kv_coord_rc, used, 1.f);
-  if (kVarlen && used < kBlockN && k_rows > p.seqlen_k) {
-    const int unused = min(k_rows - k0, kBlockN) - used;
-    zero_rows<T, D>(dk_out + used * bp.dk_row_stride, bp.dk_row_stride, unused, mma_thread, 256);
-    zero_rows<T, D>(dv_out + used * bp.dv_row_stride, bp.dv_row_stride, unused, mma_thread, 256);
-  }
+  with_gradient_rows([&](auto* dk_out, auto* dv_out, int k_rows) {
+    using G = std::remove_pointer_t<decltype(dk_out)>;
+    store_fragment_rows<G>(dk_out, bp.dk_row_stride, sm90::as_rowcol(tdK), kv_coord_rc, used, p.softmax_scale);
+    store_fragment_rows<G>(dv_out, bp.dv_row_stride, sm90::as_rowcol(tdV), kv_coord_rc, used, 1.f);
+    if (kVarlen && used < kBlockN && k_rows > p.seqlen_k) {
+      const int unused = min(k_rows - k0, kBlockN) - used;
+      zero_rows<G, D>(dk_out + used * bp.dk_row_stride, bp.dk_row_stride, unused, mma_thread, 256);
+      zero_rows<G, D>(dv_out + used * bp.dv_row_stride, bp.dv_row_stride, unused, mma_thread, 256);
+    }
+  });
 }
 
 // The main kernel's launch (descriptors, shared memory, one CTA per (KV block, KV head, batch or

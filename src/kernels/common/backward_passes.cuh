@@ -48,14 +48,14 @@ struct DqStage {
 };
 
 // The query rows of (batch entry or sequence b, query head h) as the row passes see them: how
-// many, row 0 of o, dout, dq and lse, and their workspace rows. A variable-length batch's
+// many, row 0 of o, dout and lse, the first packed row, and their workspace rows. A variable-length batch's
 // sequence b (its batch strides are 0, so b moves no pointer) starts at its first packed row.
 template <typename T>
 struct BackwardQRows {
   int seqlen_q;
   const T* o;
   const T* dout;
-  T* dq;
+  int q_begin;
   const float* lse;
   WorkspaceRows ws;
 };
@@ -73,7 +73,7 @@ __device__ __forceinline__ BackwardQRows<T> backward_q_rows(const BwdProblem& bp
   r.o = static_cast<const T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + q_begin * p.o_row_stride;
   r.dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride + h * bp.do_head_stride +
            q_begin * bp.do_row_stride;
-  r.dq = static_cast<T*>(bp.dq) + b * bp.dq_batch_stride + h * bp.dq_head_stride + q_begin * bp.dq_row_stride;
+  r.q_begin = q_begin;
   r.lse = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + q_begin * p.lse_row_stride;
   r.ws = workspace_rows(bp, b, h, q_begin, p.varlen());
   return r;
@@ -124,17 +124,19 @@ __global__ void __launch_bounds__(kRowStatsThreads) backward_row_stats_kernel(Bw
   }
 }
 
-// ---- Post-pass: dQ = scale * dQ_accum, in the output dtype -----------------------------------
-// A thread per 16-byte chunk of dQ; one CTA row per (batch entry or sequence, query head).
+// ---- Post-pass: dQ = scale * dQ_accum, in the gradients' dtype G -----------------------------
+// (T, or fp32: BwdProblem::grads_fp32). A thread per 8 elements of dQ; one CTA row per (batch
+// entry or sequence, query head).
 
 constexpr int kConvertThreads = 256;
 
-template <typename T, int D>
+template <typename T, typename G, int D>
 __global__ void __launch_bounds__(kConvertThreads) backward_convert_dq_kernel(BwdProblem bp) {
   constexpr int kChunks = D / kElemsPer16B;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kConvertThreads + threadIdx.x;
   const int row = static_cast<int>(idx / kChunks), c = static_cast<int>(idx % kChunks);
-  const BackwardQRows<T> rows = backward_q_rows<T>(bp, blockIdx.z, blockIdx.y);
+  const int b = blockIdx.z, h = blockIdx.y;
+  const BackwardQRows<T> rows = backward_q_rows<T>(bp, b, h);
   if (row >= rows.seqlen_q) return;
   const float4* src = reinterpret_cast<const float4*>(bp.dq_accum + (rows.ws.dq + row) * D + c * kElemsPer16B);
   const float4 lo = src[0], hi = src[1];
@@ -142,21 +144,22 @@ __global__ void __launch_bounds__(kConvertThreads) backward_convert_dq_kernel(Bw
   float scaled[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e) scaled[e] = vals[e] * bp.fwd.softmax_scale;
-  T* dq = rows.dq + row * bp.dq_row_stride + c * kElemsPer16B;
-  *reinterpret_cast<uint4*>(dq) = pack8<T>(scaled);
+  G* dq = static_cast<G*>(bp.dq) + b * bp.dq_batch_stride + h * bp.dq_head_stride +
+          (int64_t(rows.q_begin) + row) * bp.dq_row_stride + c * kElemsPer16B;
+  store8<G>(dq, scaled);
 }
 
 // ---- A variable-length batch's rows past its last sequence: zero gradients --------------------
 // Rows [cu_seqlens_q[batch], total_q) of dq and [cu_seqlens_k[batch], total_k) of dk and dv
 // belong to no sequence (none when the last entries are the totals): no score reaches them, so
-// their gradient is 0. A thread per 16-byte chunk, grid-stride.
+// their gradient is 0. A thread per 16-byte chunk of the gradients' dtype G, grid-stride.
 
 constexpr int kZeroTailThreads = 256, kZeroTailBlocks = 64;
 
-template <typename T, int D>
+template <typename G, int D>
 __global__ void __launch_bounds__(kZeroTailThreads) backward_zero_tails_kernel(BwdProblem bp) {
   const FwdProblem& p = bp.fwd;
-  constexpr int kChunks = D / kElemsPer16B;
+  constexpr int kPerChunk = 16 / static_cast<int>(sizeof(G)), kChunks = D / kPerChunk;
   const int q_tail = min(max(p.cu_seqlens_q[p.batch], 0), p.total_q);
   const int k_tail = min(max(p.cu_seqlens_k[p.batch], 0), p.total_k);
   const int64_t q_items = static_cast<int64_t>(p.total_q - q_tail) * p.heads_q * kChunks;
@@ -169,10 +172,10 @@ __global__ void __launch_bounds__(kZeroTailThreads) backward_zero_tails_kernel(B
     const int c = static_cast<int>(j % kChunks);
     const int h = static_cast<int>(j / kChunks % heads);
     const int64_t row = (is_q ? q_tail : k_tail) + j / kChunks / heads;
-    T* base = static_cast<T*>(is_q ? bp.dq : i < q_items + k_items ? bp.dk : bp.dv);
+    G* base = static_cast<G*>(is_q ? bp.dq : i < q_items + k_items ? bp.dk : bp.dv);
     const int64_t row_stride = is_q ? bp.dq_row_stride : i < q_items + k_items ? bp.dk_row_stride : bp.dv_row_stride;
     const int64_t head_stride = is_q ? bp.dq_head_stride : i < q_items + k_items ? bp.dk_head_stride : bp.dv_head_stride;
-    *reinterpret_cast<uint4*>(base + row * row_stride + h * head_stride + c * kElemsPer16B) = make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(base + row * row_stride + h * head_stride + c * kPerChunk) = make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -255,14 +258,15 @@ cudaError_t launch_backward_passes(const BwdProblem& bp, cudaStream_t stream, Ma
     if (cudaError_t err = main(); err != cudaSuccess) return err;
   }
   if (p.varlen()) {
-    backward_zero_tails_kernel<T, D><<<kZeroTailBlocks, kZeroTailThreads, 0, stream>>>(bp);
+    auto* zero_tails = bp.grads_fp32 ? backward_zero_tails_kernel<float, D> : backward_zero_tails_kernel<T, D>;
+    zero_tails<<<kZeroTailBlocks, kZeroTailThreads, 0, stream>>>(bp);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   if (p.seqlen_q > 0) {
     const int64_t chunks = static_cast<int64_t>(p.seqlen_q) * (D / kElemsPer16B);
-    backward_convert_dq_kernel<T, D>
-        <<<dim3(static_cast<unsigned>((chunks + kConvertThreads - 1) / kConvertThreads), p.heads_q, p.batch),
-           kConvertThreads, 0, stream>>>(bp);
+    auto* convert = bp.grads_fp32 ? backward_convert_dq_kernel<T, float, D> : backward_convert_dq_kernel<T, T, D>;
+    convert<<<dim3(static_cast<unsigned>((chunks + kConvertThreads - 1) / kConvertThreads), p.heads_q, p.batch),
+              kConvertThreads, 0, stream>>>(bp);
     return cudaGetLastError();
   }
   return cudaSuccess;

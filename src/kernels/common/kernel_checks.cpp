@@ -74,9 +74,9 @@ Status check_smem(const char* kernel, const DeviceInfo& device, long long bytes)
 Status check_backward_operands(const char* kernel, const BwdProblem& bp) {
   const FwdProblem& p = bp.fwd;
   HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "dout", bp.dout, bp.do_batch_stride, bp.do_row_stride, bp.do_head_stride, p.dtype));
-  HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "dq", bp.dq, bp.dq_batch_stride, bp.dq_row_stride, bp.dq_head_stride, p.dtype));
-  HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "dk", bp.dk, bp.dk_batch_stride, bp.dk_row_stride, bp.dk_head_stride, p.dtype));
-  HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "dv", bp.dv, bp.dv_batch_stride, bp.dv_row_stride, bp.dv_head_stride, p.dtype));
+  HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "dq", bp.dq, bp.dq_batch_stride, bp.dq_row_stride, bp.dq_head_stride, bp.grad_dtype()));
+  HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "dk", bp.dk, bp.dk_batch_stride, bp.dk_row_stride, bp.dk_head_stride, bp.grad_dtype()));
+  HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "dv", bp.dv, bp.dv_batch_stride, bp.dv_row_stride, bp.dv_head_stride, bp.grad_dtype()));
   HFA_RETURN_IF_ERROR(check_grid_dim(kernel, "heads_q", p.heads_q));  // the row passes' grids
   return check_grid_dim(kernel, p.varlen() ? "cu_seqlens_q" : "batch", p.batch);
 }

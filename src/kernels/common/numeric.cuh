@@ -17,6 +17,7 @@ template <> __device__ __forceinline__ float to_float<__half>(__half x) { return
 template <typename T> __device__ __forceinline__ T from_float(float x);
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
 
 // 2^x in one MUFU.EX2. exp2f compiles to ex2.approx.f32, whose subnormal handling adds three
 // instructions around the MUFU op; the .ftz form flushes results below 2^-126 to 0, which a
@@ -60,6 +61,29 @@ __device__ __forceinline__ uint4 pack8(const float (&in)[8]) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) e[i] = from_float<T>(in[i]);
   return raw;
+}
+
+// Eight values to dst (16-byte aligned) in G: a 16-byte store for bf16/fp16, two for fp32 (the
+// backward's gradients in either, BwdProblem::grads_fp32).
+template <typename G>
+__device__ __forceinline__ void store8(G* dst, const float (&in)[8]) {
+  if constexpr (std::is_same_v<G, float>) {
+    reinterpret_cast<float4*>(dst)[0] = make_float4(in[0], in[1], in[2], in[3]);
+    reinterpret_cast<float4*>(dst)[1] = make_float4(in[4], in[5], in[6], in[7]);
+  } else {
+    *reinterpret_cast<uint4*>(dst) = pack8<G>(in);
+  }
+}
+
+// Two adjacent values to dst (aligned to their size) in G: one 4-byte store, or 8 for fp32.
+template <typename G>
+__device__ __forceinline__ void store2(G* dst, float a, float b) {
+  if constexpr (std::is_same_v<G, float>) {
+    *reinterpret_cast<float2*>(dst) = make_float2(a, b);
+  } else {
+    const G pair[2] = {from_float<G>(a), from_float<G>(b)};
+    *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(pair);
+  }
 }
 
 // Eight e4m3 values (element 0 in the lowest byte) as eight values of T in a 16-byte vector. Exact:

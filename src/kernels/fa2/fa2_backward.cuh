@@ -307,9 +307,17 @@ __global__ void __launch_bounds__(Shape::kThreads)
     sm90::bulk_wait<0>();
   }
 
-  // Epilogue: dK = scale * dS^T Q; stage dK and dV in the Q/dO buffers for 16-byte stores.
+  // Epilogue: dK = scale * dS^T Q; stage dK and dV in the Q/dO buffers for 16-byte stores, or
+  // with fp32 gradients (BwdProblem::grads_fp32) store the fragments as they are.
   for_each_fragment_element<kMT, kKVTiles>(
       [&](int mt, int nt, int i) { dk[mt][nt][i] *= p.softmax_scale; });
+  if (bp.grads_fp32) {
+    float* dk_out = static_cast<float*>(bp.dk) + b * bp.dk_batch_stride + hk * bp.dk_head_stride + k0 * bp.dk_row_stride;
+    float* dv_out = static_cast<float*>(bp.dv) + b * bp.dv_batch_stride + hk * bp.dv_head_stride + k0 * bp.dv_row_stride;
+    store_c_rows<float>(dk_out, bp.dk_row_stride, dk, kv_row_w, kv_col_w, p.seqlen_k - k0);
+    store_c_rows<float>(dv_out, bp.dv_row_stride, dv, kv_row_w, kv_col_w, p.seqlen_k - k0);
+    return;
+  }
   store_c<TileKV>(sQ, dk, kv_row_w, kv_col_w);
   store_c<TileKV>(sdO, dv, kv_row_w, kv_col_w);
   __syncthreads();

@@ -34,7 +34,7 @@ using AttentionBwdSig = std::tuple<Tensor, Tensor, Tensor, Tensor>(
     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
     const Tensor& lse, bool causal, std::optional<double> softmax_scale, bool deterministic,
     c10::string_view backward_kernel, int64_t window_left, int64_t window_right, double softcap,
-    const OptTensor& sinks);
+    const OptTensor& sinks, std::optional<at::ScalarType> grad_dtype);
 using VarlenFwdSig = std::tuple<Tensor, Tensor>(
     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
     const Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
@@ -46,7 +46,8 @@ using VarlenBwdSig = std::tuple<Tensor, Tensor, Tensor, Tensor>(
     const Tensor& lse, const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k, int64_t max_seqlen_q,
     int64_t max_seqlen_k, const OptTensor& seqused_k, bool causal,
     std::optional<double> softmax_scale, bool deterministic, c10::string_view backward_kernel,
-    int64_t window_left, int64_t window_right, double softcap, const OptTensor& sinks);
+    int64_t window_left, int64_t window_right, double softcap, const OptTensor& sinks,
+    std::optional<at::ScalarType> grad_dtype);
 
 template <class Sig>
 c10::TypedOperatorHandle<Sig> op_handle(const char* name) {
@@ -87,16 +88,22 @@ void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   throw_if_error(hfa::forward(args, current_stream(device)));
 }
 
-// The backward of every op: dq, dk, dv and dsinks allocated and written (dsinks: fp32 like the
-// sinks, or an empty tensor without sinks).
+// The backward of every op: dq, dk, dv (in q's dtype, or float32 if grad_dtype says so: the
+// kernels' fp32 sums unrounded) and dsinks allocated and written (dsinks: fp32 like the sinks, or
+// an empty tensor without sinks).
 std::tuple<Tensor, Tensor, Tensor, Tensor> run_backward(
     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout_any,
     const Tensor& lse, bool causal, std::optional<double> softmax_scale, c10::string_view kernel,
     bool deterministic, int64_t window_left, int64_t window_right, double softcap,
-    const OptTensor& sinks, const VarlenTensors* varlen) {
+    const OptTensor& sinks, std::optional<at::ScalarType> grad_dtype, const VarlenTensors* varlen) {
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
-  Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+  TORCH_CHECK_VALUE(!grad_dtype || *grad_dtype == q.scalar_type() || *grad_dtype == at::kFloat,
+                    "grad_dtype: ", *grad_dtype, "; the gradients are in q's dtype (",
+                    q.scalar_type(), ") or float32");
+  const at::ScalarType gd = grad_dtype.value_or(q.scalar_type());
+  Tensor dq = at::empty_like(q, q.options().dtype(gd)), dk = at::empty_like(k, k.options().dtype(gd)),
+         dv = at::empty_like(v, v.options().dtype(gd));
   Tensor dsinks = sinks ? at::empty_like(*sinks, sinks->options().dtype(at::kFloat))
                         : at::empty({0}, q.options().dtype(at::kFloat));
   // Autograd hands dout in any layout (e.g. expanded, stride 0): the kernel needs head_dim
@@ -155,9 +162,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> attention_bwd(
     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
     const Tensor& lse, bool causal, std::optional<double> softmax_scale, bool deterministic,
     c10::string_view backward_kernel, int64_t window_left, int64_t window_right, double softcap,
-    const OptTensor& sinks) {
+    const OptTensor& sinks, std::optional<at::ScalarType> grad_dtype) {
   return run_backward(q, k, v, out, dout, lse, causal, softmax_scale, backward_kernel,
-                      deterministic, window_left, window_right, softcap, sinks, nullptr);
+                      deterministic, window_left, window_right, softcap, sinks, grad_dtype, nullptr);
 }
 
 std::tuple<Tensor, Tensor> attention_varlen_fwd(
@@ -182,10 +189,11 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> attention_varlen_bwd(
     const Tensor& lse, const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k, int64_t max_seqlen_q,
     int64_t max_seqlen_k, const OptTensor& seqused_k, bool causal,
     std::optional<double> softmax_scale, bool deterministic, c10::string_view backward_kernel,
-    int64_t window_left, int64_t window_right, double softcap, const OptTensor& sinks) {
+    int64_t window_left, int64_t window_right, double softcap, const OptTensor& sinks,
+    std::optional<at::ScalarType> grad_dtype) {
   const VarlenTensors varlen{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k};
   return run_backward(q, k, v, out, dout, lse, causal, softmax_scale, backward_kernel,
-                      deterministic, window_left, window_right, softcap, sinks, &varlen);
+                      deterministic, window_left, window_right, softcap, sinks, grad_dtype, &varlen);
 }
 
 // ---- Autograd ----------------------------------------------------------------------------------
@@ -256,7 +264,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
         op.call(saved[0], saved[1], saved[2], saved[3], grads[0], saved[4], d.at("causal").toBool(),
                 optional_double(d.at("softmax_scale")), d.at("deterministic").toBool(),
                 d.at("backward_kernel").toStringRef(), d.at("window_left").toInt(),
-                d.at("window_right").toInt(), d.at("softcap").toDouble(), sinks);
+                d.at("window_right").toInt(), d.at("softcap").toDouble(), sinks, std::nullopt);
     result[0] = dq;
     result[1] = dk;
     result[2] = dv;
@@ -305,7 +313,8 @@ class VarlenAttentionFunction : public torch::autograd::Function<VarlenAttention
         d.at("max_seqlen_q").toInt(), d.at("max_seqlen_k").toInt(), seqused_k,
         d.at("causal").toBool(), optional_double(d.at("softmax_scale")),
         d.at("deterministic").toBool(), d.at("backward_kernel").toStringRef(),
-        d.at("window_left").toInt(), d.at("window_right").toInt(), d.at("softcap").toDouble(), sinks);
+        d.at("window_left").toInt(), d.at("window_right").toInt(), d.at("softcap").toDouble(), sinks,
+        std::nullopt);
     result[0] = dq;
     result[1] = dk;
     result[2] = dv;

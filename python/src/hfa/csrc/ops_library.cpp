@@ -72,12 +72,13 @@ TORCH_LIBRARY(hfa, m) {
         "ScalarType? out_dtype=None, Tensor? q_block_descale=None, Tensor? k_block_descale=None, "
         "bool deterministic=False, str backward_kernel=\"auto\", int window_left=-1, "
         "int window_right=-1, float softcap=0.0, Tensor? sinks=None) -> (Tensor, Tensor)");
-  // -> (dq, dk, dv, dsinks); dsinks is empty without sinks. (Not "kernel": Inductor's fallback
-  // for a custom op takes a "kernel" argument of its own.)
+  // -> (dq, dk, dv, dsinks); dsinks is empty without sinks; dq, dk, dv in q's dtype or, with
+  // grad_dtype=float32, the kernel's fp32 sums unrounded. (Not "kernel": Inductor's fallback for
+  // a custom op takes a "kernel" argument of its own.)
   m.def("attention_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, "
         "bool causal, float? softmax_scale, bool deterministic=False, str backward_kernel=\"auto\", "
-        "int window_left=-1, int window_right=-1, float softcap=0.0, Tensor? sinks=None) "
-        "-> (Tensor, Tensor, Tensor, Tensor)");
+        "int window_left=-1, int window_right=-1, float softcap=0.0, Tensor? sinks=None, "
+        "ScalarType? grad_dtype=None) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("attention_varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
         "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, Tensor? seqused_k, bool causal, "
         "float? softmax_scale, str kernel, int window_left=-1, int window_right=-1, "
@@ -86,8 +87,8 @@ TORCH_LIBRARY(hfa, m) {
   m.def("attention_varlen_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, "
         "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "
         "Tensor? seqused_k, bool causal, float? softmax_scale, bool deterministic, "
-        "str backward_kernel, int window_left, int window_right, float softcap, Tensor? sinks) "
-        "-> (Tensor, Tensor, Tensor, Tensor)");
+        "str backward_kernel, int window_left, int window_right, float softcap, Tensor? sinks, "
+        "ScalarType? grad_dtype=None) -> (Tensor, Tensor, Tensor, Tensor)");
   // -> (q8, k8, v8, q_descale, k_descale, v_descale)
   m.def("quantize_fp8(Tensor q, Tensor k, Tensor v, bool block, bool hadamard, int hadamard_seed, "
         "bool subtract_mean_key) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");

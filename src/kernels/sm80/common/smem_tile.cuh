@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/numeric.cuh"
 #include "kernels/sm80/common/mma.cuh"
 
 namespace hfa::sm80 {
@@ -198,6 +199,23 @@ __device__ __forceinline__ void store_c(T* tile, const float (&acc)[MT][NT][4], 
           pack2<T>(acc[mt][nt][0], acc[mt][nt][1]);
       *reinterpret_cast<uint32_t*>(tile + Tile::offset(row + 8, col)) =
           pack2<T>(acc[mt][nt][2], acc[mt][nt][3]);
+    }
+}
+
+// Writes this warp's fp32 fragments (rows m0 + 16 mt, columns n0 + 8 nt) straight to global
+// memory in G, rows at or past row_limit dropped (gmem: row 0, column 0): for a result kept in
+// fp32 (the backward's fp32 gradients), which the staging of store_c + store_rows would round.
+template <typename G, int MT, int NT>
+__device__ __forceinline__ void store_c_rows(G* gmem, int64_t row_stride, const float (&acc)[MT][NT][4],
+                                             int m0, int n0, int row_limit) {
+  const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int row = m0 + 16 * mt + g, col = n0 + 8 * nt + 2 * q;
+      if (row < row_limit) store2<G>(gmem + row * row_stride + col, acc[mt][nt][0], acc[mt][nt][1]);
+      if (row + 8 < row_limit) store2<G>(gmem + (row + 8) * row_stride + col, acc[mt][nt][2], acc[mt][nt][3]);
     }
 }
 
