@@ -208,10 +208,12 @@ inline void expect_fp32_gradients_round_to_dtype(check::DeviceBuffers& buf, cons
     float* data = nullptr;
     ~Fp32Grad() { cudaFree(data); }
   } f32[3];
+  // The gradients as bwd passes them (rank 3 for a variable-length batch), elements of buf's.
+  const TensorView* low_views[3] = {&bwd.dq, &bwd.dk, &bwd.dv};
   BackwardArgs bwd32 = bwd;
   TensorView* views[3] = {&bwd32.dq, &bwd32.dk, &bwd32.dv};
   for (int g = 0; g < 3; ++g) {
-    const TensorView& v = low[g]->view;
+    const TensorView& v = *low_views[g];
     ASSERT_EQ(cudaMalloc(&f32[g].data, v.numel() * sizeof(float) + 16), cudaSuccess);
     ASSERT_EQ(cudaMemset(f32[g].data, 0xFF, v.numel() * sizeof(float)), cudaSuccess);
     TensorView c = v;
@@ -227,14 +229,15 @@ inline void expect_fp32_gradients_round_to_dtype(check::DeviceBuffers& buf, cons
   const char* names[3] = {"dq", "dk", "dv"};
   int64_t inexact = 0;
   for (int g = 0; g < 3; ++g) {
-    const TensorView& v = low[g]->view;
+    const TensorView& v = *low_views[g];
+    const int64_t base = (static_cast<const char*>(v.data) - static_cast<const char*>(low[g]->data)) / 2;
     std::vector<uint16_t> got_low(low[g]->alloc_elems);
     std::vector<float> got32(v.numel());
     ASSERT_EQ(cudaMemcpy(got_low.data(), low[g]->data, got_low.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(got32.data(), f32[g].data, got32.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     int64_t unwritten = 0, differ = 0;
     for (int64_t i = 0; i < v.numel(); ++i) {
-      int64_t offset = 0;  // element i (row-major over v's shape) in the strided low-precision tensor
+      int64_t offset = base;  // element i (row-major over v's shape) in the strided low-precision tensor
       for (int64_t d = v.rank - 1, rest = i; d >= 0; rest /= v.shape[d], --d) offset += rest % v.shape[d] * v.stride[d];
       const float x = got32[i];
       if (std::isnan(x)) { ++unwritten; continue; }
