@@ -374,7 +374,8 @@ struct BackwardArgs {
   TensorView dsinks;
   // A name from list_backward_kernels(), or "auto": bwd_sm90 on Hopper (head_dim 64 and 128;
   // deterministic: 128 only), fa2 at head_dim 256, deterministic at 64, and on other GPUs.
-  // Variable-length batches: bwd_sm90 only (so Hopper, head_dim 64 and 128).
+  // Variable-length batches: bwd_sm90 (Hopper, head_dim 64 and 128, every variant) and fa2 (sm80+,
+  // every head dim, causal or not: no sliding window, softcap or sinks).
   std::string kernel = "auto";
   // dq, dk and dv bit-identical from run to run, whatever the number of SMs free for the launch.
   // dk and dv are always so (summed on chip in a fixed order); dq is summed over the KV blocks in

@@ -134,20 +134,26 @@ TEST(VarlenValidation, KernelsWithoutVarlenRefuseIt) {
   FwdProblem p;
   ASSERT_TRUE(normalize_forward(a, &p).ok());
   const KernelEntry* chosen = nullptr;
-  for (const char* name : {"k5", "k6_no_pingpong", "fa2"}) {
+  for (const char* name : {"k5", "k6_no_pingpong"}) {
     if (!find_kernel(name)) continue;
     expect_error(select_kernel_for(name, p, hopper(), &chosen), StatusCode::kUnsupported,
-                 {"cu_seqlens_q", name, "variable-length batches", "k6"});
+                 {"cu_seqlens_q", name, "variable-length batches", "k6", "fa2"});
   }
-  if (find_kernel("k6")) {  // "auto" finds the one that does
+  if (find_kernel("k6")) {  // "auto" finds the fastest one that does: k6 on Hopper, fa2 before
     ASSERT_TRUE(select_kernel_for("auto", p, hopper(), &chosen).ok());
     EXPECT_EQ(chosen->name, "k6");
   }
-  for (const KernelInfo& info : list_kernels()) EXPECT_EQ(info.varlen, info.name == "k6") << info.name;
+  DeviceInfo ampere = hopper();
+  ampere.cc_major = 8;
+  ASSERT_TRUE(select_kernel_for("auto", p, ampere, &chosen).ok());
+  EXPECT_EQ(chosen->name, "fa2");
+  ASSERT_TRUE(select_kernel_for("fa2", p, hopper(), &chosen).ok());
+  for (const KernelInfo& info : list_kernels())
+    EXPECT_EQ(info.varlen, info.name == "k6" || info.name == "fa2") << info.name;
 }
 
-// Packed gradients, their rules, and the kernels: bwd_sm90 runs them (head_dim 64 and 128),
-// fa2 refuses them by name.
+// Packed gradients, their rules, and the kernels: bwd_sm90 runs them on Hopper (head_dim 64 and
+// 128), fa2 elsewhere and at head_dim 256, but not with softcap (nor a window or sinks).
 TEST(VarlenValidation, BackwardTakesThePackedGradients) {
   BackwardArgs b;
   const ForwardArgs f = varlen_args();
@@ -168,21 +174,20 @@ TEST(VarlenValidation, BackwardTakesThePackedGradients) {
   EXPECT_EQ(p.dk_row_stride, kHkv * kD);
   EXPECT_EQ(p.dv_head_stride, kD);
   const BackwardKernelEntry* kernel = nullptr;
-  if (find_backward_kernel("fa2"))
-    expect_error(select_backward_kernel_for("fa2", p, hopper(), &kernel), StatusCode::kUnsupported,
-                 {"cu_seqlens_q", "variable-length batches", "bwd_sm90"});
+  ASSERT_TRUE(select_backward_kernel_for("fa2", p, hopper(), &kernel).ok());
   const bool sm90_shape = kD == 64 || kD == 128;
-  if (find_backward_kernel("bwd_sm90")) {
-    const Status st = select_backward_kernel_for("auto", p, hopper(), &kernel);
-    if (sm90_shape) {
-      ASSERT_TRUE(st.ok()) << st.message;
-      EXPECT_EQ(kernel->name, "bwd_sm90");
-    } else {  // d = 256: no backward takes them there
-      expect_error(st, StatusCode::kUnsupported, {"head_dim", "bwd_sm90", "cu_seqlens_q"});
-    }
-  }
+  ASSERT_TRUE(select_backward_kernel_for("auto", p, hopper(), &kernel).ok());
+  EXPECT_EQ(kernel->name, sm90_shape ? "bwd_sm90" : "fa2");
+  DeviceInfo ampere = hopper();
+  ampere.cc_major = 8;
+  ASSERT_TRUE(select_backward_kernel_for("auto", p, ampere, &kernel).ok());
+  EXPECT_EQ(kernel->name, "fa2");
+  BwdProblem capped = p;  // softcap: bwd_sm90 only
+  capped.fwd.softcap = 30.f;
+  expect_error(select_backward_kernel_for("fa2", capped, hopper(), &kernel), StatusCode::kUnsupported,
+               {"softcap", "fa2", "bwd_sm90"});
   for (const KernelInfo& info : list_backward_kernels())
-    EXPECT_EQ(info.varlen, info.name == "bwd_sm90") << info.name;
+    EXPECT_EQ(info.varlen, info.name == "bwd_sm90" || info.name == "fa2") << info.name;
   BackwardArgs bad = b;
   bad.dk = make_tensor(g_dk, DType::kBF16, {1, kTotalK, kHkv, kD});
   expect_error(normalize_backward(bad, &p), StatusCode::kInvalidArgument, {"dk", "rank 3"});

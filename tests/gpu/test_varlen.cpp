@@ -60,13 +60,21 @@ std::string varlen_param_name(const ::testing::TestParamInfo<VarlenParam>& info)
   return p.kernel + "_d" + std::to_string(p.head_dim) + "_" + to_string(p.dtype) + "_" + p.mode.name;
 }
 
+// Whether kernel k takes mode m's variants (a kernel without them refuses them by name: the
+// validation tests' matter, not a case to skip here).
+bool takes_mode(const KernelInfo& k, const Mode& m) {
+  return (m.window_left < 0 && m.window_right < 0 || k.window) && (m.softcap == 0.f || k.softcap) &&
+         (!m.sinks || k.sinks);
+}
+
 std::vector<VarlenParam> varlen_params() {
   std::vector<VarlenParam> out;
   for (const KernelInfo& k : list_kernels()) {
     if (!k.varlen) continue;
     for (int d : compiled_head_dims())
       for (DType dt : {DType::kBF16, DType::kFP16})
-        for (const Mode& m : kModes) out.push_back({k.name, d, dt, m});
+        for (const Mode& m : kModes)
+          if (takes_mode(k, m)) out.push_back({k.name, d, dt, m});
   }
   return out;
 }
@@ -105,15 +113,16 @@ INSTANTIATE_TEST_SUITE_P(VarlenKernels, ForwardVarlen, ::testing::ValuesIn(varle
                          varlen_param_name);
 
 // A batch of long sequences: many full tiles per sequence, the persistent scheduler's causal
-// grouping, GQA 4:1 (a few rows checked per head).
+// grouping, GQA 4:1 (a few rows checked per head); "auto" (k6 on Hopper) and fa2.
 TEST(ForwardVarlenLong, MatchReference) {
   HFA_SKIP_WITHOUT_GPU();
-  for (bool causal : {false, true}) {
-    VarlenParam p{"auto", compiled_head_dims().back(), DType::kBF16, kModes[causal ? 1 : 0]};
-    PackedCase pc{"long", {4100, 1000, 5003}, {4100, 1000, 5003}, {}, 2, 8, 2};
-    expect_forward_pass(varlen_config(p, pc, 0), test_seed("ForwardVarlenLong") + causal, 3000);
-    if (IsSkipped() || HasFatalFailure()) return;
-  }
+  for (const char* kernel : {"auto", "fa2"})
+    for (bool causal : {false, true}) {
+      VarlenParam p{kernel, compiled_head_dims().back(), DType::kBF16, kModes[causal ? 1 : 0]};
+      PackedCase pc{"long", {4100, 1000, 5003}, {4100, 1000, 5003}, {}, 2, 8, 2};
+      expect_forward_pass(varlen_config(p, pc, 0), test_seed("ForwardVarlenLong") + causal, 3000);
+      if (IsSkipped() || HasFatalFailure()) return;
+    }
 }
 
 // The checker has teeth: a launch that ignored the sequence boundaries of the keys, or
@@ -185,6 +194,7 @@ std::vector<BackwardVarlenParam> backward_varlen_params() {
     if (!k.varlen) continue;
     for (int d : compiled_head_dims())
       for (const Mode& m : kModes) {
+        if (!takes_mode(k, m)) continue;
         for (DType dt : {DType::kBF16, DType::kFP16}) out.push_back({k.name, d, dt, m, false});
         out.push_back({k.name, d, DType::kBF16, m, true});
       }
@@ -215,13 +225,14 @@ INSTANTIATE_TEST_SUITE_P(VarlenBackwardKernels, BackwardVarlen,
 // Long sequences (many KV and Q blocks per CTA, GQA 4:1), causal and not: two random groups.
 TEST(BackwardVarlenLong, MatchesReference) {
   HFA_SKIP_WITHOUT_GPU();
-  for (bool causal : {false, true}) {
-    BackwardVarlenParam p{"auto", compiled_head_dims()[0], DType::kBF16, kModes[causal ? 1 : 0], false};
-    PackedCase pc{"long", {1500, 700, 2100}, {1500, 900, 2100}, {}, 2, 8, 2};
-    expect_backward_pass(backward_varlen_config(p, pc, 0), test_seed("BackwardVarlenLong") + causal,
-                                /*max_groups=*/2);
-    if (IsSkipped() || HasFatalFailure()) return;
-  }
+  for (const char* kernel : {"auto", "fa2"})
+    for (bool causal : {false, true}) {
+      BackwardVarlenParam p{kernel, compiled_head_dims()[0], DType::kBF16, kModes[causal ? 1 : 0], false};
+      PackedCase pc{"long", {1500, 700, 2100}, {1500, 900, 2100}, {}, 2, 8, 2};
+      expect_backward_pass(backward_varlen_config(p, pc, 0), test_seed("BackwardVarlenLong") + causal,
+                           /*max_groups=*/2);
+      if (IsSkipped() || HasFatalFailure()) return;
+    }
 }
 
 // The checker has teeth for the backward too: gradients that ignore the key boundaries or

@@ -33,17 +33,11 @@ Status check(const BwdProblem& bp, const DeviceInfo& device) {
                       "head_dim: kernel \"%s\" has no shape for head_dim %d yet (its dK and dV would "
                       "not fit a warpgroup's registers); the \"auto\" backward runs fa2 there%s",
                       kName, p.head_dim,
-                      p.local || p.softcap > 0.f || p.sinks || p.varlen()
-                          ? ", which takes no sliding window, softcap, sinks or variable-length "
-                            "batches: no backward kernel takes them at this head_dim yet"
+                      p.local || p.softcap > 0.f || p.sinks
+                          ? ", which takes no sliding window, softcap or sinks: no backward kernel "
+                            "takes them at this head_dim yet"
                           : "");
-  HFA_RETURN_IF_ERROR(check_backward_operands(kName, bp));
-  if (p.varlen() && varlen_workspace_rows(p.total_q, p.batch) > INT32_MAX)
-    return make_error(StatusCode::kUnsupported,
-                      "cu_seqlens_q: kernel \"%s\" pads each of the %d sequences' rows of its dQ "
-                      "workspace to %d, which makes more than 2^31 rows with q's %d", kName, p.batch,
-                      kRowStatsAlign, p.total_q);
-  return Status::Ok();
+  return check_backward_operands(kName, bp);
 }
 
 Status launch(const BwdProblem& problem, const DeviceInfo&, cudaStream_t stream) {

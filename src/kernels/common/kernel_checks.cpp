@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/status_util.h"
+#include "kernels/common/backward_workspace.h"
 
 namespace hfa {
 
@@ -78,7 +79,13 @@ Status check_backward_operands(const char* kernel, const BwdProblem& bp) {
   HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "dk", bp.dk, bp.dk_batch_stride, bp.dk_row_stride, bp.dk_head_stride, bp.grad_dtype()));
   HFA_RETURN_IF_ERROR(check_16B_operand(kernel, "dv", bp.dv, bp.dv_batch_stride, bp.dv_row_stride, bp.dv_head_stride, bp.grad_dtype()));
   HFA_RETURN_IF_ERROR(check_grid_dim(kernel, "heads_q", p.heads_q));  // the row passes' grids
-  return check_grid_dim(kernel, p.varlen() ? "cu_seqlens_q" : "batch", p.batch);
+  HFA_RETURN_IF_ERROR(check_grid_dim(kernel, p.varlen() ? "cu_seqlens_q" : "batch", p.batch));
+  if (p.varlen() && varlen_workspace_rows(p.total_q, p.batch) > INT32_MAX)  // the TMA reductions' rows
+    return make_error(StatusCode::kUnsupported,
+                      "cu_seqlens_q: kernel \"%s\" pads each of the %d sequences' rows of its dQ "
+                      "workspace to %d, which makes more than 2^31 rows with q's %d", kernel, p.batch,
+                      kRowStatsAlign, p.total_q);
+  return Status::Ok();
 }
 
 }  // namespace hfa

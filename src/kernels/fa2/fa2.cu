@@ -7,11 +7,12 @@
 
 namespace hfa {
 
-// Defined (explicitly instantiated) in the generated fa2_hdim<D>.cu files; this file only
-// declares them, so it compiles no kernel.
+// Defined (explicitly instantiated) in the generated fa2_hdim<D>.cu (dense) and
+// fa2_varlen_hdim<D>.cu (variable-length batches) files; this file only declares them, so it
+// compiles no kernel.
 namespace fa2 {
-template <typename T, int D> cudaError_t launch_forward(const FwdProblem&, cudaStream_t);
-template <typename T, int D> cudaError_t launch_backward(const BwdProblem&, cudaStream_t);
+template <typename T, int D, bool kVarlen> cudaError_t launch_forward(const FwdProblem&, cudaStream_t);
+template <typename T, int D, bool kVarlen> cudaError_t launch_backward(const BwdProblem&, cudaStream_t);
 }  // namespace fa2
 
 namespace {
@@ -45,12 +46,16 @@ struct Fa2Forward {
     return check_common(p, device, smem_bytes<FwdSmallestShape>(p.head_dim));
   }
   template <typename T, int D>
-  static cudaError_t run(const FwdProblem& p, cudaStream_t s) { return fa2::launch_forward<T, D>(p, s); }
+  static cudaError_t run(const FwdProblem& p, cudaStream_t s) {
+    return p.varlen() ? fa2::launch_forward<T, D, true>(p, s) : fa2::launch_forward<T, D, false>(p, s);
+  }
 };
 
 struct Fa2Backward {
   template <typename T, int D>
-  static cudaError_t run(const BwdProblem& p, cudaStream_t s) { return fa2::launch_backward<T, D>(p, s); }
+  static cudaError_t run(const BwdProblem& p, cudaStream_t s) {
+    return p.fwd.varlen() ? fa2::launch_backward<T, D, true>(p, s) : fa2::launch_backward<T, D, false>(p, s);
+  }
 };
 
 Status check_backward(const BwdProblem& bp, const DeviceInfo& device) {
@@ -69,12 +74,14 @@ Status launch_backward(const BwdProblem& problem, const DeviceInfo&, cudaStream_
 }  // namespace
 
 KernelEntry fa2_entry() {
-  return make_entry<Fa2Forward>(
+  KernelEntry e = make_entry<Fa2Forward>(
       "FA2 forward (Algorithm 1) on mma.sync m16n8k16 tensor cores: split-Q over warps, ldmatrix, "
       "cp.async K/V loads overlapping the softmax, deferred 1/l",
-      "bf16/fp16, head_dim " HFA_HEAD_DIMS_STRING ", causal (block skipping), GQA/MQA, LSE; "
-      "16-byte aligned pointers and strides; sm80+",
+      "bf16/fp16, head_dim " HFA_HEAD_DIMS_STRING ", causal (block skipping), GQA/MQA, LSE, "
+      "variable-length batches; 16-byte aligned pointers and strides; sm80+",
       /*auto_priority=*/15);
+  e.variants.varlen = true;
+  return e;
 }
 
 BackwardKernelEntry fa2_backward_entry() {
@@ -85,7 +92,8 @@ BackwardKernelEntry fa2_backward_entry() {
       "on chip (summed over the GQA group), dQ added in fp32 (TMA tensor reductions on sm90, atomics "
       "before; in KV-block order when deterministic)";
   e.supports = "bf16/fp16, head_dim " HFA_HEAD_DIMS_STRING ", causal (block skipping), GQA/MQA, "
-               "deterministic mode; 16-byte aligned pointers and strides; sm80+";
+               "variable-length batches, deterministic mode; 16-byte aligned pointers and strides; sm80+";
+  e.variants.varlen = true;
   e.auto_priority = 10;
   e.check = check_backward;
   e.launch = launch_backward;

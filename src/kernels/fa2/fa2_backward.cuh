@@ -27,6 +27,11 @@
 //                can deadlock.
 //   3. convert:  dQ = scale * dQ_accum in the output dtype and strides.
 // Q_{i+1} and dO_{i+1} load (cp.async) while block i computes, where shared memory allows.
+// Variable-length batches (kVarlen, a kernel of its own so that the dense one keeps its code):
+// the grid's third axis is the sequences; a CTA works on its sequence as a dense problem
+// (sequence_span), with its pointers and workspace rows (backward_workspace.h) moved to the
+// sequence's first rows, and a CTA past the sequence's keys zeroes the gradients of the rows it
+// spans but does not use (past seqused_k) and returns.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,6 +43,7 @@
 #include "kernels/common/backward_passes.cuh"
 #include "kernels/common/numeric.cuh"
 #include "kernels/common/turns.cuh"
+#include "kernels/common/varlen.cuh"
 #include "kernels/fa2/fa2_forward.cuh"
 #include "kernels/sm90/common/bulk_reduce.cuh"
 #include "kernels/sm90/common/tensor_map.h"
@@ -57,14 +63,14 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
 #endif
 }
 
-// dq_map: the dQ workspace as (D, seqlen_q, batch * heads_q) fp32 with (32, kBlockM) boxes, for
+// dq_map: the dQ workspace as (D, dq_plane_rows, dq_planes) fp32 with (32, kBlockM) boxes, for
 // the staged path (unused by the atomics).
 // kDeterministic (bp.deterministic): a kernel of its own, so that the default one's code is what
 // it was (the turn logic in the same kernel made ptxas spill a loop bound at d = 128).
-template <typename T, class Shape, bool kDeterministic>
+// kVarlen: bp.fwd.varlen() (the header).
+template <typename T, class Shape, bool kDeterministic, bool kVarlen>
 __global__ void __launch_bounds__(Shape::kThreads)
     fa2_backward_kernel(BwdProblem bp, const __grid_constant__ CUtensorMap dq_map) {
-  const FwdProblem& p = bp.fwd;
   constexpr int D = Shape::kHeadDim;
   constexpr int kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN, kStages = Shape::kStages;
   constexpr int kThreads = Shape::kThreads;
@@ -103,6 +109,48 @@ __global__ void __launch_bounds__(Shape::kThreads)
   const int kv_block = kDeterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int k0 = kv_block * kBlockN, hk = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // p: the problem as the CTA sees it, with kVarlen sequence b's lengths; its rows start at
+  // q_begin / k_begin of the packed tensors, and it spans k_rows rows of k and v (of which it uses
+  // the first seqlen_k).
+  FwdProblem sequence;
+  int q_begin = 0, k_begin = 0, k_rows = bp.fwd.seqlen_k;
+  if constexpr (kVarlen) {
+    const SequenceSpan span = sequence_span(bp.fwd, b);
+    sequence = bp.fwd;
+    sequence.seqlen_q = span.seqlen_q;
+    sequence.seqlen_k = span.seqlen_k;
+    q_begin = span.q_begin;
+    k_begin = span.k_begin;
+    k_rows = span.k_rows;
+  }
+  const FwdProblem& p = kVarlen ? sequence : bp.fwd;
+  // Calls f(dk, dv) with row 0 of this CTA's dK and dV, typed as the gradients are (T, or fp32:
+  // BwdProblem::grads_fp32).
+  auto with_gradient_rows = [&](auto f) {
+    const int64_t row0 = int64_t(k_begin) + k0;
+    const int64_t dk_at = b * bp.dk_batch_stride + hk * bp.dk_head_stride + row0 * bp.dk_row_stride;
+    const int64_t dv_at = b * bp.dv_batch_stride + hk * bp.dv_head_stride + row0 * bp.dv_row_stride;
+    if (bp.grads_fp32)
+      f(static_cast<float*>(bp.dk) + dk_at, static_cast<float*>(bp.dv) + dv_at);
+    else
+      f(static_cast<T*>(bp.dk) + dk_at, static_cast<T*>(bp.dv) + dv_at);
+  };
+  // Rows [first, last) of the block's dK and dV (relative to k0) set to 0: keys the sequence spans
+  // but does not use (seqused_k), which no score reaches.
+  auto zero_unused_rows = [&](int first, int last) {
+    if (first >= last) return;
+    with_gradient_rows([&](auto* dk_out, auto* dv_out) {
+      using G = std::remove_pointer_t<decltype(dk_out)>;
+      zero_rows<G, D>(dk_out + first * bp.dk_row_stride, bp.dk_row_stride, last - first, threadIdx.x, kThreads);
+      zero_rows<G, D>(dv_out + first * bp.dv_row_stride, bp.dv_row_stride, last - first, threadIdx.x, kThreads);
+    });
+  };
+  if constexpr (kVarlen) {
+    if (k0 >= p.seqlen_k) {  // the grid is sized by max_seqlen_k
+      zero_unused_rows(0, min(k_rows - k0, kBlockN));
+      return;
+    }
+  }
   // This warp's rows and first columns (fa2_shapes.h): of S, dP, dQ, and of dK, dV.
   const int row_w = 16 * kMT * (warp % Shape::kSRowWarps);
   const int s_col_w = (warp / Shape::kSRowWarps) * 8 * kSTiles;
@@ -110,15 +158,16 @@ __global__ void __launch_bounds__(Shape::kThreads)
   const int kv_row_w = 16 * kMT * (warp % Shape::kKVRowWarps);
   const int kv_col_w = (warp / Shape::kKVRowWarps) * 8 * kKVTiles;
 
-  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride;
-  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride;
+  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride + int64_t(k_begin) * p.k_row_stride;
+  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride + int64_t(k_begin) * p.v_row_stride;
   const BackwardQBlocks<kBlockM> blocks(p, hk, k0, kBlockN);
   const int n_iters = blocks.n_iters;  // (query head of the group, Q block) pairs
   using QBlock = typename BackwardQBlocks<kBlockM>::Block;
   auto next_block = [&](QBlock blk) { return blocks.next(blk); };
   // Deterministic mode: this CTA's turn on Q block blk's dQ additions, and their counters.
   using Turns = DqTurns<kBlockM, kBlockN>;
-  auto my_turn = [&](QBlock blk) { return Turns::turn(p, blk, kv_block, gridDim.x); };
+  const int n_kv_blocks = kVarlen ? ceil_div(p.seqlen_k, kBlockN) : gridDim.x;  // the sequence's
+  auto my_turn = [&](QBlock blk) { return Turns::turn(p, blk, kv_block, n_kv_blocks); };
   auto dq_turn = [&](QBlock blk, int slot) { return Turns::counter(bp, b, blk, slot); };
   // Staged dQ: warp w < kDqSlabs adds slab w of sdQ (block blk's dQ, columns 32w .. 32w + 31) to
   // the workspace with one TMA reduction (rows past seqlen_q lie outside the tensor map: skipped),
@@ -147,16 +196,19 @@ __global__ void __launch_bounds__(Shape::kThreads)
         wait_for_turn(pending_turn, my_turn(blk));
         sm90::fence_proxy_async_global();  // the earlier blocks' sums, before this one's reads
       }
+      const WorkspaceRows ws = workspace_rows(bp, b, blk.h, q_begin, kVarlen);
       sm90::tensor_reduce_add_f32(&dq_map, sdQ + warp * kBlockM * kDqSlabCols, warp * kDqSlabCols,
-                                  blk.q0, b * p.heads_q + blk.h);
+                                  static_cast<int>(ws.dq_row0) + blk.q0, static_cast<int>(ws.dq_plane));
       sm90::bulk_commit_group();
       if (!p.causal) pass_pending_turn();
     }
   };
   auto load_q_do = [&](QBlock blk, int stage) {
     const int h = blk.h, q0 = blk.q0;
-    const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
-    const T* dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride + h * bp.do_head_stride;
+    const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride +
+                 int64_t(q_begin) * p.q_row_stride;
+    const T* dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride + h * bp.do_head_stride +
+                    int64_t(q_begin) * bp.do_row_stride;
     load_rows_async<TileQ, kThreads>(sQ + stage * TileQ::kElems, q, p.q_row_stride, q0, p.seqlen_q);
     load_rows_async<TileQ, kThreads>(sdO + stage * TileQ::kElems, dout, bp.do_row_stride, q0,
                                      p.seqlen_q);
@@ -166,8 +218,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
     if (threadIdx.x < kStatChunks)
       cp_async_16(sStats + stage * kBlockM + 2 * threadIdx.x,
                   reinterpret_cast<const float2*>(bp.row_stats) +
-                      (static_cast<int64_t>(b) * p.heads_q + h) * bp.row_stats_rows + q0 +
-                      2 * threadIdx.x);
+                      workspace_rows(bp, b, h, q_begin, kVarlen).stats + q0 + 2 * threadIdx.x);
   };
   load_rows_async<TileKV, kThreads>(sK, k, p.k_row_stride, k0, p.seqlen_k);
   load_rows_async<TileKV, kThreads>(sV, v, p.v_row_stride, k0, p.seqlen_k);
@@ -251,7 +302,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
       // Atomics: one base address per iteration; each of the lane's rows and n8 tiles is a
       // constant offset from it.
       const int row0 = q0 + row_w + lane / 4;
-      const int64_t first = (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + row0;
+      const int64_t first = workspace_rows(bp, b, h, q_begin, kVarlen).dq + row0;
       float* dq_lane = bp.dq_accum + first * D + dq_col_w + 2 * (lane % 4);
 #pragma unroll
       for (int chunk = 0; chunk < kDqTiles / kDqChunkTiles; ++chunk) {
@@ -311,51 +362,60 @@ __global__ void __launch_bounds__(Shape::kThreads)
   // with fp32 gradients (BwdProblem::grads_fp32) store the fragments as they are.
   for_each_fragment_element<kMT, kKVTiles>(
       [&](int mt, int nt, int i) { dk[mt][nt][i] *= p.softmax_scale; });
+  const int used = p.seqlen_k - k0;  // the block's rows in range
   if (bp.grads_fp32) {
-    float* dk_out = static_cast<float*>(bp.dk) + b * bp.dk_batch_stride + hk * bp.dk_head_stride + k0 * bp.dk_row_stride;
-    float* dv_out = static_cast<float*>(bp.dv) + b * bp.dv_batch_stride + hk * bp.dv_head_stride + k0 * bp.dv_row_stride;
-    store_c_rows<float>(dk_out, bp.dk_row_stride, dk, kv_row_w, kv_col_w, p.seqlen_k - k0);
-    store_c_rows<float>(dv_out, bp.dv_row_stride, dv, kv_row_w, kv_col_w, p.seqlen_k - k0);
-    return;
+    with_gradient_rows([&](auto* dk_out, auto* dv_out) {
+      if constexpr (std::is_same_v<std::remove_pointer_t<decltype(dk_out)>, float>) {
+        store_c_rows<float>(dk_out, bp.dk_row_stride, dk, kv_row_w, kv_col_w, used);
+        store_c_rows<float>(dv_out, bp.dv_row_stride, dv, kv_row_w, kv_col_w, used);
+      }
+    });
+  } else {
+    store_c<TileKV>(sQ, dk, kv_row_w, kv_col_w);
+    store_c<TileKV>(sdO, dv, kv_row_w, kv_col_w);
+    __syncthreads();
+    with_gradient_rows([&](auto* dk_out, auto* dv_out) {
+      if constexpr (std::is_same_v<std::remove_pointer_t<decltype(dk_out)>, T>) {
+        store_rows<TileKV, kThreads>(dk_out, bp.dk_row_stride, sQ, 0, used);
+        store_rows<TileKV, kThreads>(dv_out, bp.dv_row_stride, sdO, 0, used);
+      }
+    });
   }
-  store_c<TileKV>(sQ, dk, kv_row_w, kv_col_w);
-  store_c<TileKV>(sdO, dv, kv_row_w, kv_col_w);
-  __syncthreads();
-  T* dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + hk * bp.dk_head_stride;
-  T* dv_out = static_cast<T*>(bp.dv) + b * bp.dv_batch_stride + hk * bp.dv_head_stride;
-  store_rows<TileKV, kThreads>(dk_out, bp.dk_row_stride, sQ, k0, p.seqlen_k);
-  store_rows<TileKV, kThreads>(dv_out, bp.dv_row_stride, sdO, k0, p.seqlen_k);
+  if constexpr (kVarlen) zero_unused_rows(used, min(k_rows - k0, kBlockN));
 }
 
 // Host side: the main kernel in one shape, then the three launches for one (dtype, head_dim), with
 // bp's workspace already allocated and dq_accum zeroed; instantiated in fa2_hdim<D>.cu.
-template <typename T, class Shape>
+template <typename T, class Shape, bool kVarlen>
 cudaError_t launch_backward_shape(const BwdProblem& bp, cudaStream_t stream) {
   const FwdProblem& p = bp.fwd;
   CUtensorMap dq_map{};  // staged dQ only, and only when there are rows to add
   if (Shape::kDqStaged && p.seqlen_q > 0) {
     if (cudaError_t err = sm90::encode_f32_tensor_map(
-            &dq_map, bp.dq_accum, Shape::kHeadDim, p.seqlen_q,
-            static_cast<uint64_t>(p.batch) * p.heads_q, Shape::kDqSlabCols, Shape::kBlockM);
+            &dq_map, bp.dq_accum, Shape::kHeadDim, dq_plane_rows(bp),
+            static_cast<uint64_t>(dq_planes(bp)), Shape::kDqSlabCols, Shape::kBlockM);
         err != cudaSuccess)
       return err;
   }
-  auto* kernel = bp.deterministic ? fa2_backward_kernel<T, Shape, true> : fa2_backward_kernel<T, Shape, false>;
+  auto* kernel = bp.deterministic ? fa2_backward_kernel<T, Shape, true, kVarlen>
+                                  : fa2_backward_kernel<T, Shape, false, kVarlen>;
   return launch_with_smem(kernel,
                           dim3(ceil_div(p.seqlen_k, Shape::kBlockN), p.heads_kv, p.batch),
                           Shape::kThreads, Shape::kSmemBytes, stream, bp, dq_map);
 }
 
-template <typename T, int D>
+// The dense problems (fa2_hdim<D>.cu) and, with kVarlen (bp.fwd.varlen()), the variable-length
+// ones (fa2_varlen_hdim<D>.cu).
+template <typename T, int D, bool kVarlen = false>
 cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream) {
   return launch_backward_passes<T, D>(bp, stream, [&]() -> cudaError_t {
     if constexpr (kHasSmallSmemShape<BwdShape, D>) {
       bool small = false;
       if (cudaError_t err = use_small_smem_shape(BwdShape<D>::kSmemBytes, &small); err != cudaSuccess)
         return err;
-      if (small) return launch_backward_shape<T, BwdShape<D, true>>(bp, stream);
+      if (small) return launch_backward_shape<T, BwdShape<D, true>, kVarlen>(bp, stream);
     }
-    return launch_backward_shape<T, BwdShape<D>>(bp, stream);
+    return launch_backward_shape<T, BwdShape<D>, kVarlen>(bp, stream);
   });
 }
 

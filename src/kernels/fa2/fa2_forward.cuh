@@ -13,6 +13,9 @@
 //   1 buffer each (FA2's schedule, half the shared memory): V_j is issued at the start of
 //     iteration j and lands during S_j and the softmax; K_{j+1} is issued once every warp is done
 //     with K_j and lands during P V_j. Two barriers per tile.
+// Variable-length batches (kVarlen, a kernel of its own so that the dense one keeps its code): the
+// grid's third axis is the sequences, each CTA works on its sequence as a dense problem
+// (sequence_view, varlen.cuh), and CTAs past its queries return.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,6 +28,7 @@
 #include "kernels/common/launch.cuh"
 #include "kernels/common/numeric.cuh"
 #include "kernels/common/quad_reduce.cuh"
+#include "kernels/common/varlen.cuh"
 #include "kernels/fa2/fa2_shapes.h"
 #include "kernels/sm80/common/fragment_mask.cuh"
 #include "kernels/sm80/common/online_softmax.cuh"
@@ -47,9 +51,9 @@ __device__ __forceinline__ int forward_kv_tiles(const FwdProblem& p, int q0, int
   return n;
 }
 
-template <typename T, class Shape>
+template <typename T, class Shape, bool kVarlen>
 __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
-    fa2_forward_kernel(FwdProblem p) {
+    fa2_forward_kernel(FwdProblem problem) {
   constexpr int D = Shape::kHeadDim;
   constexpr int kMT = Shape::kMTiles, kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN;
   constexpr int kThreads = Shape::kThreads;
@@ -64,6 +68,15 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
   T* sV = sK + kStages * TileKV::kElems;  // kStages buffers
 
   const int q0 = blockIdx.x * kBlockM, h = blockIdx.y, b = blockIdx.z;
+  // p: the problem as this CTA sees it, with kVarlen sequence b's (its lengths, and pointers at
+  // its first rows; the batch strides are 0).
+  FwdProblem sequence;
+  if constexpr (kVarlen) {
+    SequenceOffsets at;
+    sequence = sequence_view<T>(problem, b, &at);
+    if (q0 >= sequence.seqlen_q) return;  // the grid is sized by max_seqlen_q
+  }
+  const FwdProblem& p = kVarlen ? sequence : problem;
   const int hk = h / p.group_size();
   const int warp_m0 = (threadIdx.x / 32) * 16 * kMT;  // this warp's first row in the tile
   const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
@@ -180,9 +193,10 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
 }
 
 // Host side: launch for one (dtype, head_dim); instantiated in fa2_hdim<D>.cu.
-template <typename T, class Shape>
+// kVarlen must be p.varlen(): the grid is then sized by max_seqlen_q, a sequence per z.
+template <typename T, class Shape, bool kVarlen>
 cudaError_t launch_forward_shape(const FwdProblem& p, cudaStream_t stream) {
-  return launch_with_smem(fa2_forward_kernel<T, Shape>,
+  return launch_with_smem(fa2_forward_kernel<T, Shape, kVarlen>,
                           dim3(ceil_div(p.seqlen_q, Shape::kBlockM), p.heads_q, p.batch),
                           Shape::kThreads, Shape::kSmemBytes, stream, p);
 }
@@ -204,15 +218,17 @@ inline cudaError_t use_small_smem_shape(size_t large_shape_bytes, bool* small) {
   return err;
 }
 
-template <typename T, int D>
+// The dense problems (fa2_hdim<D>.cu) and, with kVarlen, the variable-length ones
+// (fa2_varlen_hdim<D>.cu).
+template <typename T, int D, bool kVarlen = false>
 cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
   if constexpr (kHasSmallSmemShape<FwdShape, D>) {
     bool small = false;
     if (cudaError_t err = use_small_smem_shape(FwdShape<D>::kSmemBytes, &small); err != cudaSuccess)
       return err;
-    if (small) return launch_forward_shape<T, FwdShape<D, true>>(p, stream);
+    if (small) return launch_forward_shape<T, FwdShape<D, true>, kVarlen>(p, stream);
   }
-  return launch_forward_shape<T, FwdShape<D>>(p, stream);
+  return launch_forward_shape<T, FwdShape<D>, kVarlen>(p, stream);
 }
 
 }  // namespace hfa::fa2
