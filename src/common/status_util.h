@@ -9,10 +9,14 @@
 
 namespace hfa {
 
-template <typename... Args>
-Status make_error(StatusCode code, const char* fmt, Args&&... args) {
+// A message as it is (no formatting: a literal with nothing to format is not a format string,
+// which -Wformat-security rejects when passed to snprintf alone).
+inline Status make_error(StatusCode code, const char* message) { return Status{code, message}; }
+
+template <typename Arg, typename... Args>
+Status make_error(StatusCode code, const char* fmt, Arg&& arg, Args&&... args) {
   char buf[1024];
-  std::snprintf(buf, sizeof(buf), fmt, std::forward<Args>(args)...);
+  std::snprintf(buf, sizeof(buf), fmt, std::forward<Arg>(arg), std::forward<Args>(args)...);
   return Status{code, buf};
 }
 
