@@ -26,6 +26,9 @@ const VariantCase kVariants[] = {
     {"causal_left_64", 64, -1, 0.f, false, true},    // causal flag plus a left window
     {"softcap", -1, -1, 2.f, false, false},          // a small cap bends most scores
     {"softcap_causal", -1, -1, 2.f, false, true},
+    // most scores past the tanh's knee: tanh' small, where 1 - t * t from an approximate t lost
+    // most of its digits (the backward's dS)
+    {"softcap_saturated", -1, -1, 0.5f, false, true},
     {"sinks", -1, -1, 0.f, true, false},
     {"sinks_causal", -1, -1, 0.f, true, true},
     {"window_softcap_sinks", 96, 0, 3.f, true, false},

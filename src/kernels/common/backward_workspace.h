@@ -67,7 +67,8 @@ HFA_HOST_DEVICE inline WorkspaceRows workspace_rows(const BwdProblem& bp, int b,
   const FwdProblem& p = bp.fwd;
   const int64_t plane = varlen ? h : static_cast<int64_t>(b) * p.heads_q + h;
   const int64_t row0 = varlen ? varlen_workspace_row0(q_begin, b) : 0;
-  return WorkspaceRows{plane * bp.row_stats_rows + row0, plane * dq_plane_rows(bp) + row0, plane, row0};
+  const int64_t plane_rows = varlen ? bp.row_stats_rows : p.seqlen_q;  // dq_plane_rows(bp), by `varlen`
+  return WorkspaceRows{plane * bp.row_stats_rows + row0, plane * plane_rows + row0, plane, row0};
 }
 
 // Deterministic backward (BwdProblem::dq_turns): a turn counter per (batch, query head, Q block,

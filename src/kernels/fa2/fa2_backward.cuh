@@ -363,6 +363,11 @@ __global__ void __launch_bounds__(Shape::kThreads)
   for_each_fragment_element<kMT, kKVTiles>(
       [&](int mt, int nt, int i) { dk[mt][nt][i] *= p.softmax_scale; });
   const int used = p.seqlen_k - k0;  // the block's rows in range
+  if constexpr (kVarlen) {  // read again rather than kept live across the walk (they spilled)
+    const SequenceSpan span = sequence_span(bp.fwd, b);
+    k_begin = span.k_begin;
+    k_rows = span.k_rows;
+  }
   if (bp.grads_fp32) {
     with_gradient_rows([&](auto* dk_out, auto* dv_out) {
       if constexpr (std::is_same_v<std::remove_pointer_t<decltype(dk_out)>, float>) {

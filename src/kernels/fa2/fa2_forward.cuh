@@ -14,8 +14,9 @@
 //     iteration j and lands during S_j and the softmax; K_{j+1} is issued once every warp is done
 //     with K_j and lands during P V_j. Two barriers per tile.
 // Variable-length batches (kVarlen, a kernel of its own so that the dense one keeps its code): the
-// grid's third axis is the sequences, each CTA works on its sequence as a dense problem
-// (sequence_view, varlen.cuh), and CTAs past its queries return.
+// grid's third axis is the sequences, each CTA works on its sequence as a dense problem (its
+// lengths from sequence_span, varlen.cuh; its rows from the span's first ones), and CTAs past its
+// queries return.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -68,20 +69,26 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
   T* sV = sK + kStages * TileKV::kElems;  // kStages buffers
 
   const int q0 = blockIdx.x * kBlockM, h = blockIdx.y, b = blockIdx.z;
-  // p: the problem as this CTA sees it, with kVarlen sequence b's (its lengths, and pointers at
-  // its first rows; the batch strides are 0).
+  // p: the problem as this CTA sees it, with kVarlen sequence b's lengths (the batch strides are
+  // 0); its rows start at q_begin / k_begin of the packed tensors. Only the lengths are copied:
+  // a whole view (sequence_view) kept its out and lse pointers live across the loop, which spilled.
   FwdProblem sequence;
+  int64_t q_begin = 0, k_begin = 0;
   if constexpr (kVarlen) {
-    SequenceOffsets at;
-    sequence = sequence_view<T>(problem, b, &at);
-    if (q0 >= sequence.seqlen_q) return;  // the grid is sized by max_seqlen_q
+    const SequenceSpan span = sequence_span(problem, b);
+    if (q0 >= span.seqlen_q) return;  // the grid is sized by max_seqlen_q
+    sequence = problem;
+    sequence.seqlen_q = span.seqlen_q;
+    sequence.seqlen_k = span.seqlen_k;
+    q_begin = span.q_begin;
+    k_begin = span.k_begin;
   }
   const FwdProblem& p = kVarlen ? sequence : problem;
   const int hk = h / p.group_size();
   const int warp_m0 = (threadIdx.x / 32) * 16 * kMT;  // this warp's first row in the tile
-  const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
-  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride;
-  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride;
+  const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride + q_begin * p.q_row_stride;
+  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride + k_begin * p.k_row_stride;
+  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride + k_begin * p.v_row_stride;
   const int n_tiles = forward_kv_tiles(p, q0, kBlockM, kBlockN);
 
   // Without load_rows_async's whole-tile branch: in the forward it measured no faster, and at
@@ -182,13 +189,13 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
         for (int c = 0; c < 2; ++c) o[mt][nt][2 * r + c] *= inv;
       const int row = q0 + warp_m0 + 16 * mt + lane / 4 + 8 * r;
       if (p.lse && lane % 4 == 0 && row < p.seqlen_q)
-        p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride] =
+        p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + (q_begin + row) * p.lse_row_stride] =
             l > 0.f ? (row_max[mt][r] * exponent_factor(scale_log2) + log2f(l)) * kLn2 : -INFINITY;
     }
   __syncthreads();  // sQ is free: stage O there for 16-byte stores
   store_c<TileQ>(sQ, o, warp_m0, 0);
   __syncthreads();
-  T* out = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
+  T* out = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + q_begin * p.o_row_stride;
   store_rows<TileQ, kThreads>(out, p.o_row_stride, sQ, q0, p.seqlen_q);
 }
 
