@@ -36,6 +36,7 @@ const VariantCase kVariants[] = {
     // most scores past the tanh's knee: tanh' small, where 1 - t * t from an approximate t lost
     // most of its digits (the backward's dS)
     {"softcap_saturated", -1, -1, 0.5f, false, true},
+    {"softcap_50", -1, -1, 50.f, false, true},  // Gemma 2's attention cap: tanh near its linear part
 };
 
 // Odd lengths, sq != sk both ways (rows with no key under windows and causal), GQA 3:1, MQA,

@@ -398,12 +398,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int key = get<0>(c_rc(r, c));
         const bool seen = key < limit && (!Mask::kInterval || key >= begin);
         if constexpr (Score::kTransforms) {
-          // P from the forward's tanh (tanh_approx: P matches the LSE it gave), tanh' to fp32's
-          // precision (tanh_derivative: 1 - t * t lost most of it where |t| nears 1).
+          // P from the forward's tanh (tanh_approx: P matches the LSE it gave), tanh' to t's
+          // relative precision (tanh_derivative: 1 - t * t lost most of it where |t| nears 1).
           const float x = s_rc(r, c) * score.pre;
-          const float prob = seen ? exp2_approx(fmaf(tanh_approx(x), scale_log2, -lse2)) : 0.f;
+          const float t = tanh_approx(x);
+          const float prob = seen ? exp2_approx(fmaf(t, scale_log2, -lse2)) : 0.f;
           s_rc(r, c) = prob;
-          dp_rc(r, c) = prob * (dp_rc(r, c) - stats[q].y) * tanh_derivative(x);
+          dp_rc(r, c) = prob * (dp_rc(r, c) - stats[q].y) * tanh_derivative(x, t);
         } else {
           const float prob = exp2_approx(fmaf(s_rc(r, c), scale_log2, -lse2));
           s_rc(r, c) = seen ? prob : 0.f;
