@@ -327,9 +327,7 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
     if (threadIdx.x != 0) return;
     typename Pipeline::State kv = Pipeline::producer_start();
     typename QPipeline::State q = QPipeline::producer_start();
-    for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
-      const int idx = scheduler.tile_index(round, blockIdx.x, gridDim.x);
-      if (idx >= scheduler.tiles()) continue;
+    auto produce_tile = [&](int idx) {
       const sm90::BlockCoord bc = scheduler.block_coord(idx);
       auto produce = [&](const FwdProblem& sp, SequenceOffsets at) {
         const sm90::KvRange range = Mask::range(sp, bc.m_block * Config::kBlockM, Config::kBlockM,
@@ -351,6 +349,23 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
       } else {
         produce(p, SequenceOffsets{});
       }
+    };
+    if constexpr (kVarlen) {
+      // Tiles taken one at a time (VarlenTileScheduler::fetch), each once the Q stage is free,
+      // so a CTA asks when it is about to start another; then the end marker through the Q
+      // stage (no bytes: the arrive alone completes its phase), after which the consumers stop.
+      for (;;) {
+        QPipeline::producer_wait_empty(ss.q_pipeline, q);
+        const int idx = scheduler.fetch();
+        if (idx >= scheduler.tiles()) break;
+        produce_tile(idx);
+      }
+      QPipeline::producer_acquire(ss.q_pipeline, q, 0, [&] { sm90::publish_end_of_tiles(ss.q_tile_coord); });
+    } else {
+      for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
+        const int idx = scheduler.tile_index(round, blockIdx.x, gridDim.x);
+        if (idx < scheduler.tiles()) produce_tile(idx);
+      }
     }
   } else {  // consumers
     cutlass::arch::warpgroup_reg_alloc<consumer_registers(Config::kConsumerWarpgroups)>();
@@ -359,11 +374,21 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
     typename Pipeline::State kv = Pipeline::consumer_start();
     typename QPipeline::State q = QPipeline::consumer_start();
     turns.start();
-    for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
-      if (scheduler.tile_index(round, blockIdx.x, gridDim.x) >= scheduler.tiles()) continue;
-      consume_tile<T, Config, kPingPong, kOverlap, kVarlen, Mask, Score>(params, ss, kv, q, turns,
-                                                                          mma_thread);
-      q.advance();
+    if constexpr (kVarlen) {  // until the producer's end marker (consume_tile's wait then returns at once)
+      for (;;) {
+        QPipeline::consumer_wait(ss.q_pipeline, q);
+        if (sm90::is_end_of_tiles(ss.q_tile_coord)) break;
+        consume_tile<T, Config, kPingPong, kOverlap, kVarlen, Mask, Score>(params, ss, kv, q, turns,
+                                                                            mma_thread);
+        q.advance();
+      }
+    } else {
+      for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
+        if (scheduler.tile_index(round, blockIdx.x, gridDim.x) >= scheduler.tiles()) continue;
+        consume_tile<T, Config, kPingPong, kOverlap, kVarlen, Mask, Score>(params, ss, kv, q, turns,
+                                                                            mma_thread);
+        q.advance();
+      }
     }
     turns.finish();
     if constexpr (Config::kStageO) sm90::finish_staged_output(mma_thread % 128);
@@ -376,7 +401,7 @@ cudaError_t launch_config(const FwdProblem& p, cudaStream_t stream) {
                 "k6_launch.h's smem_bytes() must bound the kernel's");
   auto* kernel = k6_forward_kernel<T, Config, V, kVarlen, Mask, Score>;
   if constexpr (kVarlen) {
-    return sm90::with_varlen_plan<Mask>(p, Config::kBlockM, Config::kBlockN, stream, [&](const int* plan) {
+    return sm90::with_varlen_plan<Mask>(p, Config::kBlockM, Config::kBlockN, stream, [&](int* plan) {
       return sm90::launch_persistent<Config>(kernel, threads(Config::kConsumerWarpgroups), sizeof(T),
                                              kL2GroupBytes, p, stream, plan);
     });

@@ -101,8 +101,9 @@ struct AttentionConfig {
     TileTma<E, kBlockM, D> tma_q;
     TileTma<E, kBlockN, D> tma_k, tma_v;
     int tile_group;  // persistent scheduler: (head, batch) pairs per L2 group (K6; else unused)
-    // K6 on a variable-length batch: the tile order plan_varlen_tiles wrote (varlen_scheduler.cuh).
-    const int* tile_plan;
+    // K6 on a variable-length batch: the tile order plan_varlen_tiles wrote and the counter the
+    // CTAs take its tiles with (varlen_scheduler.cuh).
+    int* tile_plan;
     std::conditional_t<kStageO, OutputTma<E, D>, NoOutputTma> tma_o;
   };
 };
@@ -174,17 +175,17 @@ cudaError_t launch_attention(Kernel kernel, dim3 grid, int threads, typename Con
 // grouping of (head, batch) pairs for K/V of `element_bytes`, then launch_attention.
 // Params::tile_plan, for the kernels whose Params have one (k7's do not).
 template <class P>
-auto set_tile_plan(P& params, const int* plan, int) -> decltype(params.tile_plan = plan, void()) {
+auto set_tile_plan(P& params, int* plan, int) -> decltype(params.tile_plan = plan, void()) {
   params.tile_plan = plan;
 }
 template <class P>
-void set_tile_plan(P&, const int*, long) {}
+void set_tile_plan(P&, int*, long) {}
 
 // tile_plan: a variable-length batch's tile order (Params::tile_plan), if the kernel takes one.
 template <class Config, class Kernel>
 cudaError_t launch_persistent(Kernel kernel, int threads, int element_bytes, long long l2_group_bytes,
                               const FwdProblem& p, cudaStream_t stream,
-                              const int* tile_plan = nullptr) {
+                              int* tile_plan = nullptr) {
   int device = 0, sm_count = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);

@@ -60,6 +60,9 @@ __device__ void load_q_stage_of(typename QPipeline::SharedStorage& q_pipeline,
 __device__ __forceinline__ BlockCoord published_tile(const int (&coord)[3]) {
   return BlockCoord{coord[0], coord[1], coord[2]};
 }
+// A dynamically scheduled kernel's last Q stage carries no tile but this marker (m_block -1).
+__device__ __forceinline__ void publish_end_of_tiles(int (&coord)[3]) { coord[0] = -1; }
+__device__ __forceinline__ bool is_end_of_tiles(const int (&coord)[3]) { return coord[0] < 0; }
 
 // K and V tile `tile` of (batch b, KV head hk) into the ring stage `state` points at, once that
 // stage is empty; one full barrier expects both tiles' bytes. Advances `state`.

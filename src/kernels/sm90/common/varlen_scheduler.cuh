@@ -7,11 +7,16 @@
 // 1.24-1.40x with it; k6 measured 0.92x (non-causal) and 0.74x (causal) the TFLOPS of the dense
 // batch at the mean length (docs/WORKLOG.md, "Variable-length batches").
 //
-// Instead a small planning kernel (plan_varlen_tiles, one CTA) lists the batch's real Q tiles
-// (sequence, Q tile) in descending order of the KV tiles each visits (its Mask's range: with the
-// causal mask a tile's position, without it its sequence's length), by a counting sort on that
-// count; the main kernel walks (list entry, head) in the snake rounds of PersistentTileScheduler.
-// Longest first over all sequences: simulated 1.01-1.05x the mean work on the same batches.
+// A first plan listed every sequence's Q tiles longest first across sequences, walked in the
+// static snake rounds: balanced (1.01-1.05x simulated) but each round mixed ~8 sequences' tiles,
+// so a (sequence, head)'s K/V was read by about one CTA at a time, from DRAM (causal: 0.80x
+// FlashAttention-3). Now the plan (plan_varlen_tiles, one CTA) lists the sequences in descending
+// order of their last Q tile's KV tiles, each sequence's Q tiles from its last to its first (under
+// the causal mask, the most KV tiles first), and the CTAs take (entry, head)
+// pairs from that list dynamically (an atomic counter in the plan, VarlenTileScheduler::fetch):
+// the CTAs working at one time share one or two sequences' K/V through L2, and whoever is free
+// takes the next tile (simulated 1.006-1.016x the mean work on the same batches; in static rounds
+// this order gave 1.25-1.37x).
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -24,20 +29,29 @@
 
 namespace hfa::sm90 {
 
-// The sort's keys: KV tiles per Q tile; tiles that visit more share the last bin (sequences of
-// over 130k keys: all long, their order among themselves matters little).
+// The sort's keys: KV tiles of a sequence's last Q tile; sequences whose tiles visit more share
+// the last bin (over 130k keys: all long, their order among themselves matters little).
 constexpr int kVarlenPlanThreads = 1024, kVarlenKeyBins = 1024;
 
-// The plan's size in ints: the entry count, then (batch, m_block) per entry. Each sequence adds
-// at most one Q tile more than its share of total_q / block_m.
+// The plan's most entries: each sequence adds at most one Q tile more than its share of
+// total_q / block_m.
+__host__ __device__ inline size_t varlen_plan_entries(const FwdProblem& p, int block_m) {
+  return static_cast<size_t>(p.total_q) / block_m + 1 + static_cast<size_t>(p.batch);
+}
+// The plan's size in ints: the entry count, the tile counter, (batch, m_block) per entry, then
+// scratch for the planning kernel: the sequences by rank and each sequence's first entry.
 inline size_t varlen_plan_ints(const FwdProblem& p, int block_m) {
-  return 2 + 2 * (static_cast<size_t>(p.total_q) / block_m + 1 + static_cast<size_t>(p.batch));
+  return 2 + 2 * varlen_plan_entries(p, block_m) + 2 * static_cast<size_t>(p.batch);
 }
 
-// One CTA of kVarlenPlanThreads: plan[0] = the number of Q tiles, plan[2 + 2 i] and
-// plan[3 + 2 i] the batch and Q tile of entry i, most KV tiles first. A warp per sequence, its
-// lanes over the sequence's Q tiles; the order within one key is whatever the atomics give (each
-// tile's result does not depend on where it runs).
+// One CTA of kVarlenPlanThreads writes the plan: plan[0] = the number of Q tiles, plan[1] = 0 (the
+// counter the main kernel's CTAs take tiles with), plan[2 + 2 i] and plan[3 + 2 i] the batch and
+// Q tile of entry i. The sequences in descending order of their last Q tile's KV tiles (the
+// Mask's range; a counting sort, equal keys in whatever order the atomics give), each one's
+// tiles consecutive from its last to its first (under the causal mask the most KV tiles first;
+// without it or with a window they are equal but for the first few). Device values of cu_seqlens
+// that make sequences overlap could ask for more entries than varlen_plan_entries: those past it
+// are dropped (their rows are not written), never stored past the plan.
 template <class Mask>
 __global__ void __launch_bounds__(kVarlenPlanThreads)
     plan_varlen_tiles(const __grid_constant__ FwdProblem p, int block_m, int block_n, int* plan) {
@@ -45,62 +59,98 @@ __global__ void __launch_bounds__(kVarlenPlanThreads)
   using Scan = cub::BlockScan<int, kVarlenPlanThreads>;
   __shared__ typename Scan::TempStorage scan;
   __shared__ int bins[kVarlenKeyBins];
-  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  __shared__ int carry;
+  const int t = threadIdx.x;
+  int* by_rank = plan + 2 + 2 * varlen_plan_entries(p, block_m);  // rank -> sequence
+  int* first_entry = by_rank + p.batch;                            // sequence -> its first entry
+  // Sequence b as the Mask sees it (only the lengths differ), and its Q tile count.
+  auto view = [&](int b, int* tiles) {
+    const SequenceSpan span = sequence_span(p, b);
+    FwdProblem s = p;
+    s.seqlen_q = span.seqlen_q;
+    s.seqlen_k = span.seqlen_k;
+    *tiles = (span.seqlen_q + block_m - 1) / block_m;
+    return s;
+  };
+  auto key_of = [&](int b) {
+    int tiles;
+    const FwdProblem s = view(b, &tiles);
+    if (tiles == 0) return 0;
+    const KvRange r = Mask::range(s, (tiles - 1) * block_m, block_m, block_n);
+    return min(max(r.end - r.begin, 0), kVarlenKeyBins - 1);
+  };
+  // 1. Ranks: count the keys, scan from the largest key down, scatter.
   bins[t] = 0;
   __syncthreads();
-  auto for_each_tile = [&](auto&& f) {
-    for (int b = warp; b < p.batch; b += kVarlenPlanThreads / 32) {
-      const SequenceSpan span = sequence_span(p, b);
-      FwdProblem s = p;  // the lengths are all Mask::range reads
-      s.seqlen_q = span.seqlen_q;
-      s.seqlen_k = span.seqlen_k;
-      const int n = (s.seqlen_q + block_m - 1) / block_m;
-      for (int m = lane; m < n; m += 32) {
-        const KvRange r = Mask::range(s, m * block_m, block_m, block_n);
-        f(b, m, min(max(r.end - r.begin, 0), kVarlenKeyBins - 1));
-      }
+  for (int b = t; b < p.batch; b += kVarlenPlanThreads) atomicAdd(&bins[key_of(b)], 1);
+  __syncthreads();
+  {
+    const int count = bins[kVarlenKeyBins - 1 - t];
+    int before = 0, total = 0;
+    Scan(scan).ExclusiveSum(count, before, total);
+    __syncthreads();  // every count is read before any bin becomes an offset
+    bins[kVarlenKeyBins - 1 - t] = before;
+  }
+  __syncthreads();
+  for (int b = t; b < p.batch; b += kVarlenPlanThreads) by_rank[atomicAdd(&bins[key_of(b)], 1)] = b;
+  __syncthreads();  // the CTA's global writes before its reads below
+  // 2. Each sequence's first entry: the tile counts summed over the ranks before it, a rank per
+  //    thread in chunks, with the carry between chunks.
+  if (t == 0) carry = 0;
+  __syncthreads();
+  for (int r0 = 0; r0 < p.batch; r0 += kVarlenPlanThreads) {
+    const int r = r0 + t;
+    int tiles = 0;
+    if (r < p.batch) view(by_rank[r], &tiles);
+    int before = 0, total = 0;
+    Scan(scan).ExclusiveSum(tiles, before, total);
+    if (r < p.batch) first_entry[by_rank[r]] = carry + before;
+    __syncthreads();  // every thread has read carry (and the scan's storage is free again)
+    if (t == 0) carry += total;
+    __syncthreads();
+  }
+  const int capacity = static_cast<int>(varlen_plan_entries(p, block_m));
+  if (t == 0) {
+    plan[0] = min(carry, capacity);
+    plan[1] = 0;
+  }
+  // 3. The entries: a warp per sequence, its lanes over the tiles.
+  const int warp = t / 32, lane = t % 32;
+  for (int b = warp; b < p.batch; b += kVarlenPlanThreads / 32) {
+    int tiles;
+    view(b, &tiles);
+    const int first = first_entry[b];
+    for (int m = lane; m < tiles; m += 32) {
+      const int at = first + (tiles - 1 - m);
+      if (at >= capacity) continue;
+      plan[2 + 2 * at] = b;
+      plan[3 + 2 * at] = m;
     }
-  };
-  for_each_tile([&](int, int, int key) { atomicAdd(&bins[key], 1); });
-  __syncthreads();
-  // Exclusive prefix sums from the largest key down: thread t holds bin kVarlenKeyBins - 1 - t.
-  const int count = bins[kVarlenKeyBins - 1 - t];
-  int before = 0, total = 0;
-  Scan(scan).ExclusiveSum(count, before, total);
-  __syncthreads();  // every count is read before any bin becomes an offset
-  bins[kVarlenKeyBins - 1 - t] = before;
-  if (t == 0) plan[0] = total;
-  __syncthreads();
-  for_each_tile([&](int b, int m, int key) {
-    const int at = atomicAdd(&bins[key], 1);
-    plan[2 + 2 * at] = b;
-    plan[3 + 2 * at] = m;
-  });
+  }
 }
 
-// The main kernel's side: PersistentTileScheduler's interface (rounds, tile_index, tiles,
-// block_coord) over the plan's (entry, head) pairs, the heads of one entry consecutive (they
-// share the sequence's rows: GQA's query heads also its K/V).
+// The main kernel's side: the plan's (entry, head) pairs, the heads of one entry consecutive (they
+// share the sequence's rows: GQA's query heads also its K/V), taken one at a time by whichever
+// CTA's producer asks next (fetch: the plan's counter).
 struct VarlenTileScheduler {
   const int* plan;
+  int* counter;
   int heads, tile_count;
 
-  __device__ VarlenTileScheduler(const int* plan_, int heads_)
-      : plan(plan_), heads(heads_), tile_count(plan_[0] * heads_) {}
+  __device__ VarlenTileScheduler(int* plan_, int heads_)
+      : plan(plan_), counter(plan_ + 1), heads(heads_), tile_count(plan_[0] * heads_) {}
 
   __device__ int tiles() const { return tile_count; }
-  __device__ int rounds(int grid) const { return (tile_count + grid - 1) / grid; }
-  __device__ static int tile_index(int round, int cta, int grid) {
-    return PersistentTileScheduler::tile_index(round, cta, grid);
-  }
+  // The next pair's index (>= tiles(): none left). One thread per CTA asks.
+  __device__ int fetch() const { return atomicAdd(counter, 1); }
   __device__ BlockCoord block_coord(int idx) const {
     const int entry = idx / heads;
     return BlockCoord{plan[3 + 2 * entry], idx - entry * heads, plan[2 + 2 * entry]};
   }
 };
 
-// Plans p's tiles (plan_varlen_tiles) into a stream-ordered workspace and calls
-// launch(const int* plan), then frees the workspace on the stream.
+// Plans p's tiles (plan_varlen_tiles) into a stream-ordered workspace and calls launch(int* plan),
+// then frees the workspace on the stream.
 template <class Mask, class Launch>
 cudaError_t with_varlen_plan(const FwdProblem& p, int block_m, int block_n, cudaStream_t stream,
                              const Launch& launch) {
@@ -110,7 +160,7 @@ cudaError_t with_varlen_plan(const FwdProblem& p, int block_m, int block_n, cuda
   if (err != cudaSuccess) return err;
   plan_varlen_tiles<Mask><<<1, kVarlenPlanThreads, 0, stream>>>(p, block_m, block_n, plan);
   err = cudaGetLastError();
-  if (err == cudaSuccess) err = launch(static_cast<const int*>(plan));
+  if (err == cudaSuccess) err = launch(plan);
   const cudaError_t freed = cudaFreeAsync(plan, stream);
   return err != cudaSuccess ? err : freed;
 }
