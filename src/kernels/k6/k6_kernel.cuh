@@ -351,16 +351,14 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
       }
     };
     if constexpr (kVarlen) {
-      // Tiles taken one at a time (VarlenTileScheduler::fetch): the next one asked for as this
-      // one starts loading, so the atomic's round trip hides behind its work (asked for once
-      // the Q stage was free, right before use, the order measured 1-3% below the static one
-      // without the causal mask). Then the end marker through the Q stage (no bytes: the arrive
-      // alone completes its phase), after which the consumers stop.
-      for (int idx = scheduler.fetch(); idx < scheduler.tiles();) {
+      // Tiles taken one at a time (VarlenTileScheduler::fetch), each once the Q stage is free,
+      // so a CTA asks when it is about to start another; then the end marker through the Q
+      // stage (no bytes: the arrive alone completes its phase), after which the consumers stop.
+      for (;;) {
         QPipeline::producer_wait_empty(ss.q_pipeline, q);
-        const int next = scheduler.fetch();
+        const int idx = scheduler.fetch();
+        if (idx >= scheduler.tiles()) break;
         produce_tile(idx);
-        idx = next;
       }
       QPipeline::producer_acquire(ss.q_pipeline, q, 0, [&] { sm90::publish_end_of_tiles(ss.q_tile_coord); });
     } else {

@@ -16,8 +16,7 @@
 // pairs from that list dynamically (an atomic counter in the plan, VarlenTileScheduler::fetch):
 // the CTAs working at one time share one or two sequences' K/V through L2, and whoever is free
 // takes the next tile (simulated 1.006-1.016x the mean work on the same batches; in static rounds
-// this order gave 1.25-1.37x). Measured (H100, d = 128, causal, 16k tokens in 100..4000): 0.99-1.01x
-// FlashAttention-3's varlen, from 0.80-0.82x (docs/WORKLOG.md, session 24).
+// this order gave 1.25-1.37x).
 #pragma once
 
 #include <cub/block/block_scan.cuh>
