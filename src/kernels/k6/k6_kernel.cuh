@@ -380,21 +380,21 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
     typename Pipeline::State kv = Pipeline::consumer_start();
     typename QPipeline::State q = QPipeline::consumer_start();
     turns.start();
-    // One call site of consume_tile for both orders (two inlined copies of the consumers' code
-    // measured 25-40% slower at d = 64 and 256). Dynamic: until the producer's end marker
-    // (consume_tile's own wait then returns at once).
-    const int rounds = scheduler.rounds(gridDim.x);
-    for (int round = 0;; ++round) {
-      if (dynamic) {
+    if (dynamic) {  // until the producer's end marker (consume_tile's wait then returns at once)
+      for (;;) {
         QPipeline::consumer_wait(ss.q_pipeline, q);
         if (sm90::is_end_of_tiles(ss.q_tile_coord)) break;
-      } else {
-        if (round >= rounds) break;
-        if (scheduler.tile_index(round, blockIdx.x, gridDim.x) >= scheduler.tiles()) continue;
+        consume_tile<T, Config, kPingPong, kOverlap, kVarlen, Mask, Score>(params, ss, kv, q, turns,
+                                                                            mma_thread);
+        q.advance();
       }
-      consume_tile<T, Config, kPingPong, kOverlap, kVarlen, Mask, Score>(params, ss, kv, q, turns,
-                                                                          mma_thread);
-      q.advance();
+    } else {
+      for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
+        if (scheduler.tile_index(round, blockIdx.x, gridDim.x) >= scheduler.tiles()) continue;
+        consume_tile<T, Config, kPingPong, kOverlap, kVarlen, Mask, Score>(params, ss, kv, q, turns,
+                                                                            mma_thread);
+        q.advance();
+      }
     }
     turns.finish();
     if constexpr (Config::kStageO) sm90::finish_staged_output(mma_thread % 128);
