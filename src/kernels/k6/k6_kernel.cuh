@@ -314,10 +314,6 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
     if constexpr (kVarlen) return Scheduler(params.tile_plan, p.heads_q);
     else return Scheduler(p, Config::kBlockM, params.tile_group);
   }();
-  // Tiles taken dynamically (a variable-length batch whose mask makes its tiles differ), or in the
-  // scheduler's static rounds.
-  bool dynamic = false;
-  if constexpr (kVarlen) dynamic = Scheduler::dynamic(p);
   if (threadIdx.x == 0) {
     Pipeline::init(ss.pipeline, Config::kConsumerThreads);
     Pipeline::init(ss.pipeline_v, Config::kConsumerThreads);
@@ -354,19 +350,17 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
         produce(p, SequenceOffsets{});
       }
     };
-    if (dynamic) {
+    if constexpr (kVarlen) {
       // Tiles taken one at a time (VarlenTileScheduler::fetch), each once the Q stage is free,
       // so a CTA asks when it is about to start another; then the end marker through the Q
       // stage (no bytes: the arrive alone completes its phase), after which the consumers stop.
-      if constexpr (kVarlen) {
-        for (;;) {
-          QPipeline::producer_wait_empty(ss.q_pipeline, q);
-          const int idx = scheduler.fetch();
-          if (idx >= scheduler.tiles()) break;
-          produce_tile(idx);
-        }
-        QPipeline::producer_acquire(ss.q_pipeline, q, 0, [&] { sm90::publish_end_of_tiles(ss.q_tile_coord); });
+      for (;;) {
+        QPipeline::producer_wait_empty(ss.q_pipeline, q);
+        const int idx = scheduler.fetch();
+        if (idx >= scheduler.tiles()) break;
+        produce_tile(idx);
       }
+      QPipeline::producer_acquire(ss.q_pipeline, q, 0, [&] { sm90::publish_end_of_tiles(ss.q_tile_coord); });
     } else {
       for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
         const int idx = scheduler.tile_index(round, blockIdx.x, gridDim.x);
@@ -380,7 +374,7 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
     typename Pipeline::State kv = Pipeline::consumer_start();
     typename QPipeline::State q = QPipeline::consumer_start();
     turns.start();
-    if (dynamic) {  // until the producer's end marker (consume_tile's wait then returns at once)
+    if constexpr (kVarlen) {  // until the producer's end marker (consume_tile's wait then returns at once)
       for (;;) {
         QPipeline::consumer_wait(ss.q_pipeline, q);
         if (sm90::is_end_of_tiles(ss.q_tile_coord)) break;

@@ -16,12 +16,7 @@
 // pairs from that list dynamically (an atomic counter in the plan, VarlenTileScheduler::fetch):
 // the CTAs working at one time share one or two sequences' K/V through L2, and whoever is free
 // takes the next tile (simulated 1.006-1.016x the mean work on the same batches; in static rounds
-// this order gave 1.25-1.37x). That is for masks whose tiles differ (causal, windows): without
-// one a sequence's tiles are equal, the order is the first plan's, and the static snake rounds
-// walk it (the dynamic order measured 1-3% slower there: each tile waits for the atomic's round
-// trip; asking one tile ahead did not help and cost d = 256 causal 7%). Measured (H100, d = 128,
-// causal, 16k tokens in 100..4000): 0.98-1.01x FlashAttention-3's varlen, from 0.80-0.82x
-// (docs/WORKLOG.md, session 24).
+// this order gave 1.25-1.37x).
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -136,8 +131,7 @@ __global__ void __launch_bounds__(kVarlenPlanThreads)
 
 // The main kernel's side: the plan's (entry, head) pairs, the heads of one entry consecutive (they
 // share the sequence's rows: GQA's query heads also its K/V), taken one at a time by whichever
-// CTA's producer asks next (dynamic(): fetch, the plan's counter), or without a mask that makes
-// tiles differ in PersistentTileScheduler's snake rounds (rounds, tile_index).
+// CTA's producer asks next (fetch: the plan's counter).
 struct VarlenTileScheduler {
   const int* plan;
   int* counter;
@@ -146,12 +140,7 @@ struct VarlenTileScheduler {
   __device__ VarlenTileScheduler(int* plan_, int heads_)
       : plan(plan_), counter(plan_ + 1), heads(heads_), tile_count(plan_[0] * heads_) {}
 
-  __device__ static bool dynamic(const FwdProblem& p) { return p.causal || p.local; }
   __device__ int tiles() const { return tile_count; }
-  __device__ int rounds(int grid) const { return (tile_count + grid - 1) / grid; }
-  __device__ static int tile_index(int round, int cta, int grid) {
-    return PersistentTileScheduler::tile_index(round, cta, grid);
-  }
   // The next pair's index (>= tiles(): none left). One thread per CTA asks.
   __device__ int fetch() const { return atomicAdd(counter, 1); }
   __device__ BlockCoord block_coord(int idx) const {
