@@ -27,7 +27,7 @@ HEADLINES = [
     ("backward, deterministic", "2026-11-24-h100-peers-bwd-deterministic-bc930cc.json",
      "bwd_sm90_deterministic", ["cudnn"], "bwd"),
     ("training step (fwd + bwd)", "2026-11-24-h100-peers-step-bc930cc.json", "hfa", ["cudnn"], "step"),
-    ("forward, variable-length batches (k6)", "2026-11-24-h100-varlen-990246e.json", "k6", ["fa3"], "fwd_varlen"),
+    ("forward, variable-length batches (k6)", "2026-11-26-h100-varlen-72bbce6.json", "k6", ["fa3"], "fwd_varlen"),
     ("backward, variable-length batches (bwd_sm90)", "2026-11-24-h100-varlen-bwd-a6a911c.json", "bwd_sm90",
      ["sdpa_flash"], "bwd_varlen"),
     ("FP8 forward (k7)", "2026-11-24-h100-peers-k7-k8-fp8-2983fa8.json", "k7", ["fa3_fp8"], "fwd"),
