@@ -184,22 +184,30 @@ __device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
   for_each_fragment_element<MT, NT>([&](int mt, int nt, int i) { acc[mt][nt][i] = 0.f; });
 }
 
-// Writes this warp's fp32 fragments (rows m0 + 16 mt, columns n0 + 8 nt), rounded to T, into a
-// tile: how P and dS reach the GEMMs that need them transposed, and how O is staged for 16-byte
-// stores.
-template <class Tile, typename T, int MT, int NT>
-__device__ __forceinline__ void store_c(T* tile, const float (&acc)[MT][NT][4], int m0, int n0) {
+// Calls f(row, col, lo, hi) for each pair of adjacent columns of this warp's fp32 fragments
+// (rows m0 + 16 mt, columns n0 + 8 nt): the lane's rows g and g + 8 of each 16-row tile, columns
+// col and col + 1 of each n8 tile, in that order.
+template <int MT, int NT, class F>
+__device__ __forceinline__ void for_each_c_pair(const float (&acc)[MT][NT][4], int m0, int n0, F&& f) {
   const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const int row = m0 + 16 * mt + g, col = n0 + 8 * nt + 2 * q;
-      *reinterpret_cast<uint32_t*>(tile + Tile::offset(row, col)) =
-          pack2<T>(acc[mt][nt][0], acc[mt][nt][1]);
-      *reinterpret_cast<uint32_t*>(tile + Tile::offset(row + 8, col)) =
-          pack2<T>(acc[mt][nt][2], acc[mt][nt][3]);
+      f(row, col, acc[mt][nt][0], acc[mt][nt][1]);
+      f(row + 8, col, acc[mt][nt][2], acc[mt][nt][3]);
     }
+}
+
+// Writes this warp's fp32 fragments (rows m0 + 16 mt, columns n0 + 8 nt), rounded to T, into a
+// tile: how P and dS reach the GEMMs that need them transposed, and how O is staged for 16-byte
+// stores.
+template <class Tile, typename T, int MT, int NT>
+__device__ __forceinline__ void store_c(T* tile, const float (&acc)[MT][NT][4], int m0, int n0) {
+  for_each_c_pair(acc, m0, n0, [&](int row, int col, float lo, float hi) {
+    *reinterpret_cast<uint32_t*>(tile + Tile::offset(row, col)) = pack2<T>(lo, hi);
+  });
 }
 
 // Writes this warp's fp32 fragments (rows m0 + 16 mt, columns n0 + 8 nt) straight to global
@@ -208,15 +216,9 @@ __device__ __forceinline__ void store_c(T* tile, const float (&acc)[MT][NT][4], 
 template <typename G, int MT, int NT>
 __device__ __forceinline__ void store_c_rows(G* gmem, int64_t row_stride, const float (&acc)[MT][NT][4],
                                              int m0, int n0, int row_limit) {
-  const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int row = m0 + 16 * mt + g, col = n0 + 8 * nt + 2 * q;
-      if (row < row_limit) store2<G>(gmem + row * row_stride + col, acc[mt][nt][0], acc[mt][nt][1]);
-      if (row + 8 < row_limit) store2<G>(gmem + (row + 8) * row_stride + col, acc[mt][nt][2], acc[mt][nt][3]);
-    }
+  for_each_c_pair(acc, m0, n0, [&](int row, int col, float lo, float hi) {
+    if (row < row_limit) store2<G>(gmem + row * row_stride + col, lo, hi);
+  });
 }
 
 // Copies rows [0, rows_valid - row0) of a tile to global memory as 16-byte vectors (all threads).
