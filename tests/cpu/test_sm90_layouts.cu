@@ -59,6 +59,10 @@ TEST(Sm90Layouts, KMajorBytesMatchesCuteForE4m3) {
   expect_same_byte_addresses<256, 128>();
   expect_same_byte_addresses<256, 64>();  // d = 256's transposed 64-key V tile
   expect_same_byte_addresses<64, 256>();
+  expect_same_byte_addresses<128, 192>();  // k7's transposed 192-key V tiles (64-byte swizzle)
+  expect_same_byte_addresses<64, 192>();
+  expect_same_byte_addresses<192, 128>();  // and its 192-key K and V tiles
+  expect_same_byte_addresses<192, 64>();
 }
 
 // The key renaming of the FP8 P V (fp8_pv.cuh): a permutation of each 16 keys, and the one that
@@ -152,6 +156,8 @@ TEST(Sm90Layouts, Fp8VTransposeEmulated) {
   expect_transpose_emulation<128, 64>();
   expect_transpose_emulation<128, 128>();
   expect_transpose_emulation<64, 256>();
+  expect_transpose_emulation<192, 128>();
+  expect_transpose_emulation<192, 64>();
 }
 
 // K6's O staging computes chunk addresses as a row base XOR a constant (staged_output.cuh); each

@@ -7,6 +7,7 @@
 #include "check/check.h"
 #include "gpu_test_util.h"
 #include "kernels/k6/k6_launch.h"
+#include "kernels/k7/k7_launch.h"
 
 namespace hfa::testing {
 namespace {
@@ -194,6 +195,59 @@ TEST_P(PerKernel, ManyTilesPerSm) {
 
 INSTANTIATE_TEST_SUITE_P(AllKernels, PerKernel, ::testing::ValuesIn(kernel_names()),
                          [](const auto& info) { return info.param; });
+
+// k7 and k8 take 192-key tiles on long rows (k7_launch.h, wide_kv_tile), which the matrix's
+// shapes (at most 1000 keys) never reach: a last tile past seqlen_k (2500 = 13 x 192 + 4; k8's
+// 64-key descale segments past the last K scale block read its scale, masked), causal with
+// seqlen_q != seqlen_k, GQA 8:1, a negative scale (k8: set_factors scales such segments itself),
+// at d = 128 and d = 64.
+class Fp8WideKvTiles : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Fp8WideKvTiles, MatchReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  const struct { int head_dim, batch, seqlen_q, seqlen_k, heads_q, heads_kv; bool causal; float scale; } cases[] = {
+      {128, 2, 300, 2500, 8, 1, false, 0.f},      {128, 1, 300, 2500, 4, 2, false, -0.37f},
+      {128, 1, 4200, 4300, 4, 2, true, 0.f},      {64, 1, 300, 8300, 4, 1, false, 0.f},
+      {64, 1, 8250, 8300, 2, 1, true, 0.f},
+  };
+  const std::vector<int> dims = compiled_head_dims();
+  int ran = 0;
+  for (const auto& cs : cases) {
+    if (std::find(dims.begin(), dims.end(), cs.head_dim) == dims.end()) continue;
+    check::Config c;
+    c.kernel = GetParam();
+    check::use_kernel_inputs(&c, c.kernel);
+    c.head_dim = cs.head_dim;
+    c.batch = cs.batch;
+    c.seqlen_q = cs.seqlen_q;
+    c.seqlen_k = cs.seqlen_k;
+    c.heads_q = cs.heads_q;
+    c.heads_kv = cs.heads_kv;
+    c.causal = cs.causal;
+    if (cs.scale != 0.f) c.softmax_scale = cs.scale;
+    FwdProblem shape;
+    shape.head_dim = cs.head_dim;
+    shape.seqlen_k = cs.seqlen_k;
+    shape.causal = cs.causal;
+    shape.fp8_block_scales = c.fp8_block_scales;
+    if (!k7::wide_kv_tile(shape)) continue;  // k8 keeps 128-key tiles at d = 64
+    expect_forward_pass(c, 31 + ran, 256);
+    ++ran;
+  }
+  // d = 128 reaches them for both kernels: a rule change that drops every case must show.
+  if (std::find(dims.begin(), dims.end(), 128) != dims.end()) EXPECT_GE(ran, 3) << "no case reached the 192-key tiles";
+  if (ran == 0) GTEST_SKIP() << "no compiled head dim takes 192-key tiles for " << GetParam();
+}
+
+std::vector<std::string> fp8_kernel_names() {
+  std::vector<std::string> out;
+  for (const std::string& k : kernel_names())
+    if (is_fp8_kernel(k)) out.push_back(k);
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Fp8Kernels, Fp8WideKvTiles, ::testing::ValuesIn(fp8_kernel_names()),
+                         [](const auto& info) { return info.param; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Fp8WideKvTiles);
 
 }  // namespace
 }  // namespace hfa::testing

@@ -55,8 +55,9 @@ static_assert(128 * producer_registers(64) + 256 * consumer_registers(64) <= kTh
 constexpr int kTransposeThreads = 96;
 constexpr long long kL2GroupBytes = 24LL << 20;  // as K6
 
-// The scores' dequantization, a policy of the kernel: tile_scale_log2(n) is the factor of KV tile
-// n's scores (softmax scale * Q's descale * K's descale * log2(e)).
+// The scores' dequantization, a policy of the kernel. PerHeadDescale: tile_scale_log2(n), the
+// factor of KV tile n's scores (softmax scale * Q's descale * K's descale * log2(e)), the same for
+// every tile. BlockDescale: segment_scales_log2(n, f), one factor per segment of tile n.
 struct PerHeadDescale {  // k7: one factor per (batch, KV head), folded into exp2's FFMA
   static constexpr bool kFoldScale = true;
   static constexpr bool kTileFactor = false;
@@ -69,13 +70,26 @@ struct PerHeadDescale {  // k7: one factor per (batch, KV head), folded into exp
   __device__ float tile_scale_log2(int) const { return scale_log2; }
 };
 
-struct BlockDescale {  // k8: Q's descale per 128-row tile, K's per 128 keys (kFp8ScaleBlock)
+// k8: Q's descale per 128-row tile, K's per 128 keys (kFp8ScaleBlock). A KV tile of kBlockN keys
+// is taken in segments of segment_keys(kBlockN) = gcd(kBlockN, 128) keys, each inside one K scale
+// block: a 128-key tile is one segment, a 192-key tile (which spans parts of two blocks) three of
+// 64. OnlineSoftmax folds each segment's factor into exp2's FFMA.
+struct BlockDescale {
   static constexpr bool kFoldScale = true;
-  static constexpr bool kTileFactor = true;  // the factor changes between KV tiles
+  static constexpr bool kTileFactor = true;  // the factor changes between (and within) KV tiles
+  static constexpr int segment_keys(int block_n) {
+    int a = block_n, b = kFp8ScaleBlock;
+    while (b != 0) {
+      const int r = a % b;
+      a = b;
+      b = r;
+    }
+    return a;
+  }
   float q_scale_log2;
   const float* k_scales;  // this (batch, KV head)'s row of k_block_descale
   int64_t block_stride;
-  int tiles_per_block_log2;
+  int last_block;  // a last tile's segments past seqlen_k (all masked) read the last block's scale
   template <int kBlockM, int kBlockN>
   __device__ BlockDescale(const FwdProblem& p, const sm90::BlockCoord& bc, int hk,
                           std::integral_constant<int, kBlockM>, std::integral_constant<int, kBlockN>)
@@ -83,24 +97,29 @@ struct BlockDescale {  // k8: Q's descale per 128-row tile, K's per 128 keys (kF
         k_scales(&p.k_block_descale.data[bc.batch * p.k_block_descale.batch_stride +
                                          hk * p.k_block_descale.head_stride]),
         block_stride(p.k_block_descale.block_stride),
-        tiles_per_block_log2(kBlockN == kFp8ScaleBlock ? 0 : 1) {
+        last_block((p.seqlen_k - 1) / kFp8ScaleBlock) {
     static_assert(kBlockM == kFp8ScaleBlock, "a Q tile must be one Q scale block");
-    static_assert(kBlockN == kFp8ScaleBlock || 2 * kBlockN == kFp8ScaleBlock,
-                  "a KV tile must lie in one K scale block");
   }
-  __device__ float tile_scale_log2(int n_tile) const {
-    return q_scale_log2 * k_scales[(n_tile >> tiles_per_block_log2) * block_stride];
+  template <int kBlockN, int kSegments>
+  __device__ void segment_scales_log2(int n_tile, float (&f)[kSegments]) const {
+    constexpr int kSegmentKeys = segment_keys(kBlockN);
+    static_assert(kSegments * kSegmentKeys == kBlockN, "whole segments per KV tile");
+    CUTE_UNROLL
+    for (int g = 0; g < kSegments; ++g) {
+      const int block = min((n_tile * kBlockN + g * kSegmentKeys) / kFp8ScaleBlock, last_block);
+      f[g] = q_scale_log2 * k_scales[block * block_stride];
+    }
   }
 };
 
 // The launch-facing tile configuration (what sm90::launch_attention reads) and the shared memory.
-template <typename T, int D, class ScalesPolicy>
+template <typename T, int D, class ScalesPolicy, int BlockN>
 struct K7Config {
   using Scales = ScalesPolicy;
   using E = cute::float_e4m3_t;
   using Out = T;
   static constexpr int kConsumerWarpgroups = 2;
-  static constexpr int kBlockM = k7::kBlockM, kBlockN = block_n(D), kStages = stages(D);
+  static constexpr int kBlockM = k7::kBlockM, kBlockN = BlockN, kStages = stages(D);
   static constexpr int kHeadDim = D;
   static constexpr bool kStageO = false;
   static constexpr int kConsumerThreads = 256;
@@ -172,9 +191,25 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   Tensor o_rc = sm90::as_rowcol(tOrO);
   constexpr int kRows = decltype(size<0>(o_rc))::value;
   constexpr bool kFoldScale = Scales::kFoldScale;
-  sm90::OnlineSoftmax<kRows, kFoldScale, /*kLazyRescale=*/false, /*kPOffsetLog2=*/8,
-                      Scales::kTileFactor>
-      softmax(scales.tile_scale_log2(0));
+  constexpr bool kTileFactor = Scales::kTileFactor;
+  constexpr int kSegments = [] {
+    if constexpr (kTileFactor) return kBlockN / Scales::segment_keys(kBlockN);
+    return 1;
+  }();
+  // The factors of a tile's scores: one (PerHeadDescale) or one per segment (BlockDescale), read
+  // before S is waited for.
+  struct TileScales {
+    float f[kSegments];
+  };
+  auto tile_scales = [&](int tile) {
+    TileScales t;
+    if constexpr (kTileFactor) scales.template segment_scales_log2<kBlockN>(tile, t.f);
+    else t.f[0] = scales.tile_scale_log2(tile);
+    return t;
+  };
+  sm90::OnlineSoftmax<kRows, kFoldScale, /*kLazyRescale=*/false, /*kPOffsetLog2=*/8, kTileFactor,
+                      kSegments>
+      softmax(kTileFactor ? 1.f : tile_scales(0).f[0]);
   float alpha[kRows];
   clear(tOrO);
 
@@ -189,13 +224,14 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_pv, tOrP, tOrV, tOrO);
   };
   // S of `tile` (K stage `st`) has landed: release K_j (and Q after the last), mask, softmax.
-  // scale_log2: the tile's (Scales::tile_scale_log2, read before S is waited for).
-  auto softmax_of = [&](int tile, const typename Pipeline::State& st, float scale_log2) {
+  // With per-segment factors set_factors scales (only) non-positive segments and the mask follows
+  // with a positive scale that scale_and_mask leaves alone.
+  auto softmax_of = [&](int tile, const typename Pipeline::State& st, const TileScales& ts) {
     Pipeline::consumer_release(ss.pipeline_k, st);
     if (tile == range.end - 1) QPipeline::consumer_release(ss.q_pipeline, q);
+    if constexpr (kTileFactor) softmax.set_factors(s_rc, ts.f);
     sm90::scale_and_mask<kFoldScale>(s_rc, c_rc, mask, range.needs_mask(tile), q0,
-                                     tile * kBlockN, scale_log2);
-    if constexpr (Scales::kTileFactor) softmax.set_factor(scale_log2);
+                                     tile * kBlockN, kTileFactor ? 1.f : ts.f[0]);
     softmax.update_scores(s_rc, alpha);
   };
 
@@ -208,13 +244,13 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     turns.end();
     warpgroup_wait<0>();
     sm90::fence_after_wait(tSrS);
-    softmax_of(0, kv, scales.tile_scale_log2(0));
+    softmax_of(0, kv, tile_scales(0));
     sm90::convert_to_fp8_a_operand(tSrS, tOrP);
     prev = kv;
     kv.advance();
   }
   for (int tile = 1; tile < range.end; ++tile) {
-    const float scale_log2 = scales.tile_scale_log2(tile);
+    const TileScales ts = tile_scales(tile);
     Pipeline::consumer_wait(ss.pipeline_k, kv);
     turns.begin();
     issue_qk(kv);
@@ -223,7 +259,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     turns.end();
     warpgroup_wait<1>();
     sm90::fence_after_wait(tSrS);
-    softmax_of(tile, kv, scale_log2);
+    softmax_of(tile, kv, ts);
     warpgroup_wait<0>();
     sm90::fence_after_wait(tOrO, tOrP);
     Pipeline::consumer_release(ss.pipeline_vt, prev);
@@ -339,12 +375,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <typename T, int D, class Scales>
-cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
-  using Config = K7Config<T, D, Scales>;
+template <typename T, int D, class Scales, int BlockN>
+cudaError_t launch_tiles(const FwdProblem& p, cudaStream_t stream) {
+  using Config = K7Config<T, D, Scales, BlockN>;
   static_assert(Config::kSmemBytes <= smem_bytes(D), "k7_launch.h's smem_bytes() must bound the kernel's");
   return sm90::launch_persistent<Config>(k7_forward_kernel<Config>, kThreads, /*element_bytes=*/1,
                                          kL2GroupBytes, p, stream);
+}
+
+template <typename T, int D, class Scales>
+cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
+  if constexpr (max_block_n(D) != kBlockN) {
+    if (wide_kv_tile(p)) return launch_tiles<T, D, Scales, kWideBlockN>(p, stream);
+  }
+  return launch_tiles<T, D, Scales, kBlockN>(p, stream);
 }
 
 }  // namespace hfa::k7

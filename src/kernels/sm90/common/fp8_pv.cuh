@@ -75,7 +75,7 @@ __host__ __device__ constexpr int permuted_key_column(int key) {
 // the ldmatrix side reads 8 consecutive keys of one chunk: none either).
 template <int BlockN, int D>
 struct VTransposeUnits {
-  static_assert(BlockN == 64 || BlockN == 128, "a power-of-two count of 16-key groups");
+  static_assert(BlockN % 64 == 0, "whole 64-byte swizzle atoms of transposed rows");
   static_assert(D % 32 == 0, "whole 32-channel units");
   using Src = KMajorBytes<BlockN, D>;
   using Dst = KMajorBytes<D, BlockN>;

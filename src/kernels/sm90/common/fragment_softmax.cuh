@@ -27,18 +27,23 @@ constexpr float kLn2 = 0.6931471805599453f;
 // of [0, 1]; for e4m3 P (max 448, normals from 2^-6) 8 keeps every P <= 256 and moves the P that
 // would be subnormal or flushed to zero into the normal range. The row sum carries the same
 // factor, so O / sum and the LSE (finalize subtracts it) are unchanged.
-// kTileFactor (K8): the scores' scale may change from tile to tile (set_factor before each
-// update_scores), so the running max is kept scaled (row_max * factor would mix scales) and each
-// tile's raw max is scaled once per row; P is still one FFMA + exp2 per score. Needs kFoldScale.
+// kTileFactor (K8): the scores' scale may change from tile to tile and, in kSegments equal runs
+// of keys, within a tile (set_factors before each update_scores: K8's K descale comes per 128
+// keys, and a 192-key tile spans parts of two such blocks, so it takes three 64-key segments).
+// The running max is kept scaled (row_max * factor would mix scales), each segment's raw max is
+// scaled once per row, and P is still one FFMA + exp2 per score, with its segment's factor.
+// Needs kFoldScale.
 template <int kRows, bool kFoldScale, bool kLazyRescale = false, int kPOffsetLog2 = 0,
-          bool kTileFactor = false>
+          bool kTileFactor = false, int kSegments = 1>
 struct OnlineSoftmax {
   static_assert(!kTileFactor || (kFoldScale && !kLazyRescale), "a per-tile factor is folded, not lazy");
+  static_assert(kTileFactor || kSegments == 1, "segments of a tile are per-tile factors");
   static_assert(!(kLazyRescale && kPOffsetLog2 > 0), "a lazy reference lets P exceed 2^offset");
   static constexpr float kLazyRescaleLog2 = 8.f;
   float row_max[kRows];  // running max of the scores as update_scores gets them (quad-uniform)
   float row_sum[kRows];  // running sum of exp2(s - max): this thread's columns only, until finalize
   float factor;          // the scores' scale inside exp2 (1 when scale_and_mask applied it)
+  float segment_factor[kSegments];  // kTileFactor: each segment's factor (set_factors)
 
   __device__ explicit OnlineSoftmax(float scale_log2)
       : factor(kFoldScale ? exponent_factor(scale_log2) : 1.f) {
@@ -58,11 +63,31 @@ struct OnlineSoftmax {
     rescale(o, alpha);
   }
 
-  // The scores' factor for the next update_scores (kTileFactor): scale * log2(e) of that tile,
-  // or 1 when scale_and_mask applied a non-positive scale itself.
-  __device__ __forceinline__ void set_factor(float scale_log2) {
+  // The factors of the next update_scores (kTileFactor): scale * log2(e) of each segment of the
+  // tile's keys (columns, in s's (rows, cols) view, c / (cols / kSegments)). A non-positive one
+  // cannot be folded (the max of s * f is not max(s) * f): that segment's scores are scaled here
+  // and its factor is 1. So this runs before the mask (scale_and_mask with a positive scale, 1):
+  // -inf times a negative scale would be +inf.
+  template <class TS>
+  __device__ __forceinline__ void set_factors(TS& s, const float (&scale_log2)[kSegments]) {
     static_assert(kTileFactor);
-    factor = exponent_factor(scale_log2);
+    constexpr int kSegCols = cute::size<1>(typename std::decay_t<TS>::layout_type{}) / kSegments;
+    CUTE_UNROLL
+    for (int g = 0; g < kSegments; ++g) {
+      segment_factor[g] = exponent_factor(scale_log2[g]);
+      if (!(scale_log2[g] > 0.f)) {  // uniform across the CTA; only for scale <= 0
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r)
+          CUTE_UNROLL
+          for (int c = g * kSegCols; c < (g + 1) * kSegCols; ++c) s(r, c) *= scale_log2[g];
+      }
+    }
+  }
+
+  // The factor inside exp2 of column c of a row of `cols` columns.
+  __device__ __forceinline__ float factor_of(int c, int cols) const {
+    if constexpr (kTileFactor) return segment_factor[c / (cols / kSegments)];
+    return factor;
   }
 
   // The first half of update, for kernels that rescale O later (K6: O is still being accumulated
@@ -72,12 +97,18 @@ struct OnlineSoftmax {
     using namespace cute;
     static_assert(size<0>(typename std::decay_t<TS>::layout_type{}) == kRows);
     if constexpr (kTileFactor) {  // row_max is kept scaled
+      constexpr int kSegCols = decltype(size<1>(s))::value / kSegments;
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         float tile_max = -INFINITY;
         CUTE_UNROLL
-        for (int c = 0; c < size<1>(s); ++c) tile_max = fmaxf(tile_max, s(r, c));
-        const float mx = fmaxf(row_max[r], quad_max(tile_max) * factor);  // factor > 0
+        for (int g = 0; g < kSegments; ++g) {
+          float segment_max = -INFINITY;
+          CUTE_UNROLL
+          for (int c = g * kSegCols; c < (g + 1) * kSegCols; ++c) segment_max = fmaxf(segment_max, s(r, c));
+          tile_max = fmaxf(tile_max, segment_max * segment_factor[g]);  // factors > 0
+        }
+        const float mx = fmaxf(row_max[r], quad_max(tile_max));
         const float m_safe = mx == -INFINITY ? 0.f : mx;
         alpha[r] = exp2_approx(row_max[r] - m_safe);
         row_max[r] = mx;
@@ -152,15 +183,16 @@ struct OnlineSoftmax {
     for (int r = 0; r < kRows; ++r) row_sum[r] += sum[r];
   }
 
-  // Row r of s becomes P = exp2(s * factor - m_safe + kPOffsetLog2); the row sum is rescaled by
-  // alpha and takes P's sum (this thread's columns).
+  // Row r of s becomes P = exp2(s * factor - m_safe + kPOffsetLog2) (the factor of c's segment
+  // with kTileFactor); the row sum is rescaled by alpha and takes P's sum (this thread's columns).
   template <class TS>
   __device__ __forceinline__ void exponentiate_row(TS& s, int r, float m_safe, float alpha) {
     const float m_p = m_safe - static_cast<float>(kPOffsetLog2);
+    constexpr int kCols = decltype(cute::size<1>(s))::value;
     float sum = 0.f;
     CUTE_UNROLL
-    for (int c = 0; c < cute::size<1>(s); ++c) {
-      s(r, c) = exp2_approx(fmaf(s(r, c), factor, -m_p));
+    for (int c = 0; c < kCols; ++c) {
+      s(r, c) = exp2_approx(fmaf(s(r, c), factor_of(c, kCols), -m_p));
       sum += s(r, c);
     }
     row_sum[r] = row_sum[r] * alpha + sum;

@@ -37,13 +37,14 @@ using TransposedView = decltype(cute::composition(
 // Byte addressing of a TileLayout tile of 1-byte elements (Rows x RowBytes), for code that moves
 // it with plain loads and stores (k7's V transpose): the swizzle atom is 8 rows x 128 bytes
 // (RowBytes % 128 == 0; 16-byte chunk c of row r at chunk c ^ (r % 8)) or 8 rows x 64 bytes
-// (RowBytes == 64; chunk c at c ^ ((r % 8) / 2)); atoms stack down the rows first, then across.
+// (other multiples of 64, e.g. k7's 192-key transposed V; chunk c at c ^ ((r % 8) / 2)), as
+// TileLayout picks them; atoms stack down the rows first, then across.
 // A 4-byte word at a column that is a multiple of 4 never straddles a chunk. Tested against CuTe
 // in tests/cpu.
 template <int Rows, int RowBytes>
 struct KMajorBytes {
-  static_assert(RowBytes % 128 == 0 || RowBytes == 64, "no swizzle atom for this row length");
-  static constexpr int kAtomBytes = RowBytes == 64 ? 64 : 128;
+  static_assert(RowBytes % 64 == 0, "no swizzle atom for this row length");
+  static constexpr int kAtomBytes = RowBytes % 128 == 0 ? 128 : 64;
   __host__ __device__ static constexpr int offset(int row, int col) {
     const int atom = row / 8 + (Rows / 8) * (col / kAtomBytes);
     const int r8 = row % 8, chunk = (col % kAtomBytes) / 16;
