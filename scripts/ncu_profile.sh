@@ -4,9 +4,9 @@
 #   decode: flash decode's kernels (32 query / 8 KV heads, d = 128, one new token) at batch 1 x 8k
 #           keys (split + combine), batch 1 x 64k (one wave of long splits) and batch 64 x 16k (no
 #           split, two waves) -> $OUT/ncu-decode.txt ("Flash decode", second pass)
-#   fp8:    k7 and FlashAttention-3's FP8 forward on one problem (d = 128, s = 16k, 16 heads,
-#           batch 1, non-causal; needs the fa3_fwd wheel in .whl/) -> $OUT/ncu-k7.txt and
-#           $OUT/ncu-fa3.txt (K7, "The profile next to FlashAttention-3's")
+#   fp8:    k7 and FlashAttention-3's FP8 forward on one problem (d = $FP8_HEADDIM, default 128,
+#           s = 16k, 2048 / d heads, batch 1, non-causal; needs the fa3_fwd wheel in .whl/) ->
+#           $OUT/ncu-k7.txt and $OUT/ncu-fa3.txt (K7, "The profile next to FlashAttention-3's")
 #   bwd:    bwd_sm90's main kernel and cuDNN's backward (torch SDPA) on one problem (d = 128,
 #           s = 8k, 16 heads, batch 2, non-causal) -> $OUT/ncu-bwd.txt ("bwd_sm90")
 set -uo pipefail
@@ -32,17 +32,19 @@ case "${1:-}" in
   fp8)
     sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats
               --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy)
+    d=${FP8_HEADDIM:-128}
+    heads=$((2048 / d))
     ncu --clock-control none "${sections[@]}" --kernel-name regex:k7 --launch-count 1 \
-      "$bench" k7 --seqlen 16384 --headdim 128 --batch 1 --heads 16 --iters 1 --warmup 0 \
+      "$bench" k7 --seqlen 16384 --headdim "$d" --batch 1 --heads "$heads" --iters 1 --warmup 0 \
       >"$out/ncu-k7.txt" 2>&1
     for w in "$root"/.whl/*.whl; do
       python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/hfa-peers "$w"
     done
-    cat >/tmp/fa3_once.py <<'PY'
+    cat >/tmp/fa3_once.py <<PY
 import torch
 from fa3_fwd_interface import flash_attn_func
-q, k, v = ((torch.randn(1, 16384, 16, 128, device="cuda") * 64).to(torch.float8_e4m3fn) for _ in range(3))
-d = [torch.full((1, 16), 1 / 64, device="cuda") for _ in range(3)]
+q, k, v = ((torch.randn(1, 16384, $heads, $d, device="cuda") * 64).to(torch.float8_e4m3fn) for _ in range(3))
+d = [torch.full((1, $heads), 1 / 64, device="cuda") for _ in range(3)]
 flash_attn_func(q, k, v, q_descale=d[0], k_descale=d[1], v_descale=d[2])
 torch.cuda.synchronize()
 PY

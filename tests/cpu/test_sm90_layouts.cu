@@ -158,6 +158,7 @@ TEST(Sm90Layouts, Fp8VTransposeEmulated) {
   expect_transpose_emulation<64, 256>();
   expect_transpose_emulation<192, 128>();
   expect_transpose_emulation<192, 64>();
+  expect_transpose_emulation<256, 64>();
 }
 
 // K6's O staging computes chunk addresses as a row base XOR a constant (staged_output.cuh); each

@@ -196,11 +196,11 @@ TEST_P(PerKernel, ManyTilesPerSm) {
 INSTANTIATE_TEST_SUITE_P(AllKernels, PerKernel, ::testing::ValuesIn(kernel_names()),
                          [](const auto& info) { return info.param; });
 
-// k7 and k8 take 192-key tiles on long rows (k7_launch.h, wide_kv_tile), which the matrix's
-// shapes (at most 1000 keys) never reach: a last tile past seqlen_k (2500 = 13 x 192 + 4; k8's
-// 64-key descale segments past the last K scale block read its scale, masked), causal with
-// seqlen_q != seqlen_k, GQA 8:1, a negative scale (k8: set_factors scales such segments itself),
-// at d = 128 and d = 64.
+// k7 and k8 take wide KV tiles on long rows (k7_launch.h, wide_kv_tile: 192 keys at d = 128, 256
+// at d = 64), which the matrix's shapes (at most 1000 keys) never reach: a last tile past
+// seqlen_k (2500 = 13 x 192 + 4; k8's 64-key descale segments past the last K scale block read
+// its scale, masked; 8300 = 32 x 256 + 108), causal with seqlen_q != seqlen_k, GQA 8:1, a negative
+// scale (k8: set_factors scales such segments itself).
 class Fp8WideKvTiles : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Fp8WideKvTiles, MatchReference) {
@@ -235,8 +235,8 @@ TEST_P(Fp8WideKvTiles, MatchReference) {
     ++ran;
   }
   // d = 128 reaches them for both kernels: a rule change that drops every case must show.
-  if (std::find(dims.begin(), dims.end(), 128) != dims.end()) EXPECT_GE(ran, 3) << "no case reached the 192-key tiles";
-  if (ran == 0) GTEST_SKIP() << "no compiled head dim takes 192-key tiles for " << GetParam();
+  if (std::find(dims.begin(), dims.end(), 128) != dims.end()) EXPECT_GE(ran, 3) << "no case reached the wide tiles";
+  if (ran == 0) GTEST_SKIP() << "no compiled head dim takes wide tiles for " << GetParam();
 }
 
 std::vector<std::string> fp8_kernel_names() {

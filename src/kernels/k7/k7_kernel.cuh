@@ -386,7 +386,7 @@ cudaError_t launch_tiles(const FwdProblem& p, cudaStream_t stream) {
 template <typename T, int D, class Scales>
 cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
   if constexpr (max_block_n(D) != kBlockN) {
-    if (wide_kv_tile(p)) return launch_tiles<T, D, Scales, kWideBlockN>(p, stream);
+    if (wide_kv_tile(p)) return launch_tiles<T, D, Scales, wide_block_n(D)>(p, stream);
   }
   return launch_tiles<T, D, Scales, kBlockN>(p, stream);
 }
