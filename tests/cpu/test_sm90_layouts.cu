@@ -85,8 +85,8 @@ TEST(Sm90Layouts, Fp8KeyRenamingMatchesTheFragments) {
 }
 
 // K7's V transpose (transpose_v_tile) emulated on the host with the PTX semantics of its three
-// instructions, for every tile shape k7 uses: each lane's precomputed addresses agree with
-// KMajorBytes, every (key, channel) of V lands at (channel, permuted_key_column(key)) of Vt, every
+// instructions, for every tile shape k7 uses, walking the units in its slabs (each unit once):
+// each lane's addresses (the slab forms, src_offset / dst_offset) agree with KMajorBytes, every (key, channel) of V lands at (channel, permuted_key_column(key)) of Vt, every
 // byte of Vt is written once, and no 8-lane phase of either instruction has a bank conflict.
 uint32_t host_prmt(uint32_t a, uint32_t b, uint32_t sel) {
   const uint64_t bytes = (uint64_t{b} << 32) | a;
@@ -111,12 +111,21 @@ void expect_transpose_emulation() {
   std::vector<uint8_t> v(BlockN * D), vt(BlockN * D, 0);
   std::vector<int> writes(BlockN * D, 0);
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
-  for (uint32_t u = 0; u < Units::kUnits; ++u) {
+  std::vector<int> unit_seen(Units::kUnits, 0);
+  for (uint32_t i = 0; i < Units::kSlabs * Units::kSlabUnits; ++i) {  // transpose_v_tile's walk
+    const uint32_t slab = i / Units::kSlabUnits;
+    const int j = static_cast<int>(i % Units::kSlabUnits);
+    const uint32_t u = Units::slab_first_unit(slab) + j;
+    ASSERT_LT(u, static_cast<uint32_t>(Units::kUnits));
+    ++unit_seen[u];
     const int key0 = 16 * (u % Units::kKeyGroups), col0 = 32 * (u / Units::kKeyGroups);
     uint32_t src[32], dst[32], regs[32][4];
     for (uint32_t l = 0; l < 32; ++l) {
-      src[l] = Units::src_offset(l, u);
-      dst[l] = Units::dst_offset(l, u);
+      src[l] = Units::src_in_slab(Units::src_offset(l, Units::slab_first_unit(slab)), j);
+      dst[l] = Units::dst_in_slab(Units::dst_slab_base(l, Units::slab_first_unit(slab)),
+                                  Units::dst_chunk_xor(l), j);
+      ASSERT_EQ(src[l], Units::src_offset(l, u)) << "slab " << slab << " unit " << j;
+      ASSERT_EQ(dst[l], Units::dst_offset(l, u)) << "slab " << slab << " unit " << j;
       ASSERT_EQ(src[l], (Units::Src::offset(key0 + Units::load_key(l), col0 + Units::load_col(l))));
       ASSERT_EQ(dst[l], (Units::Dst::offset(col0 + Units::store_row(l), key0)));
     }
@@ -144,6 +153,7 @@ void expect_transpose_emulation() {
           ++writes[at];
         }
   }
+  for (int u = 0; u < Units::kUnits; ++u) ASSERT_EQ(unit_seen[u], 1) << "unit " << u;
   for (int i = 0; i < BlockN * D; ++i) ASSERT_EQ(writes[i], 1) << "byte " << i;
   for (int key = 0; key < BlockN; ++key)
     for (int c = 0; c < D; ++c)
@@ -156,6 +166,7 @@ TEST(Sm90Layouts, Fp8VTransposeEmulated) {
   expect_transpose_emulation<128, 64>();
   expect_transpose_emulation<128, 128>();
   expect_transpose_emulation<64, 256>();
+  expect_transpose_emulation<128, 256>();  // d = 256's 128-key tiles
   expect_transpose_emulation<192, 128>();
   expect_transpose_emulation<192, 64>();
   expect_transpose_emulation<256, 64>();
