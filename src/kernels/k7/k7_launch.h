@@ -52,7 +52,7 @@ static_assert(smem_bytes(64) <= 232448 && smem_bytes(128) <= 232448 && smem_byte
 // How the scores are dequantized (k7_kernel.cuh defines both):
 //   PerHeadDescale (k7): q_descale * k_descale per (batch, KV head), folded into the exponent;
 //   BlockDescale (k8):   q_block_descale per 128-row Q tile times k_block_descale per 128 keys,
-//                        folded per 64-key segment of S (FwdProblem::fp8_block_scales).
+//                        folded per gcd(tile keys, 128)-key segment of S (FwdProblem::fp8_block_scales).
 struct PerHeadDescale;
 struct BlockDescale;
 
