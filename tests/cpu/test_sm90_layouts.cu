@@ -121,9 +121,8 @@ void expect_transpose_emulation() {
     const int key0 = 16 * (u % Units::kKeyGroups), col0 = 32 * (u / Units::kKeyGroups);
     uint32_t src[32], dst[32], regs[32][4];
     for (uint32_t l = 0; l < 32; ++l) {
-      src[l] = Units::src_in_slab(Units::src_offset(l, Units::slab_first_unit(slab)), j);
-      dst[l] = Units::dst_in_slab(Units::dst_slab_base(l, Units::slab_first_unit(slab)),
-                                  Units::dst_chunk_xor(l), j);
+      src[l] = Units::src_in_slab(Units::src_slab_base(l, slab), j);
+      dst[l] = Units::dst_in_slab(Units::dst_slab_base(l, slab), Units::dst_chunk_xor(l), j);
       ASSERT_EQ(src[l], Units::src_offset(l, u)) << "slab " << slab << " unit " << j;
       ASSERT_EQ(dst[l], Units::dst_offset(l, u)) << "slab " << slab << " unit " << j;
       ASSERT_EQ(src[l], (Units::Src::offset(key0 + Units::load_key(l), col0 + Units::load_col(l))));

@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int tile = 0; tile < n_tiles; ++tile) {
           Pipeline::consumer_wait(ss.pipeline_v, in);
           Pipeline::producer_wait_empty(ss.pipeline_vt, out);
-          sm90::transpose_v_tile<Config::kBlockN, D>(
+          sm90::transpose_v_tile<Config::kBlockN, D, transpose_units_in_flight(D, Config::kBlockN)>(
               reinterpret_cast<const uint8_t*>(ss.v[in.index]),
               reinterpret_cast<uint8_t*>(ss.vt[out.index]), thread, kTransposeThreads);
           cutlass::arch::fence_view_async_shared();  // the stores, visible to WGMMA's reads

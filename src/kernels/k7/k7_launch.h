@@ -24,6 +24,13 @@ constexpr int kBlockM = 128;
 constexpr int kBlockN = 128;
 constexpr int wide_block_n(int head_dim) { return head_dim <= 64 ? 256 : 192; }
 constexpr int stages(int head_dim) { return head_dim <= 64 ? 4 : 2; }
+// V transpose units whose ldmatrix is in flight at once per transposer warp (fp8_pv.cuh,
+// transpose_v_tile): two where the transposers limited the kernel — d = 256 (their 24 registers;
+// ncu: the consumers waited on the transposed V for 14% of their time) and 256-key tiles at
+// d = 64 — one elsewhere, where two measured 1-3.5% slower (WORKLOG, K7 fourth pass).
+constexpr int transpose_units_in_flight(int head_dim, int block_n) {
+  return head_dim == 256 || block_n == 256 ? 2 : 1;
+}
 // Ping-pong of the consumer warpgroups at d >= 128, as K6 (k6_launch.h: ping_pong).
 constexpr bool ping_pong(int head_dim) { return head_dim >= 128; }
 

@@ -102,19 +102,24 @@ struct VTransposeUnits {
   // and the unit's linear part is a per-lane constant the loop hoists (a unit's address is a
   // handful of integer instructions; KMajorBytes::offset's divisions took about 30). Tested against
   // KMajorBytes in tests/cpu.
-  __host__ __device__ static constexpr uint32_t src_offset(uint32_t lane, uint32_t unit) {
-    const uint32_t key_group = unit % kKeyGroups, col = 32 * (unit / kKeyGroups);
-    const uint32_t r8 = lane % 8;
+  __host__ __device__ static constexpr uint32_t src_offset(uint32_t lane, uint32_t key_group, uint32_t col_group) {
+    const uint32_t col = 32 * col_group, r8 = lane % 8;
     const uint32_t chunk = (col % kSrcAtom) / 16 + lane / 16;  // (even) + 0 or 1: never carries
     return (2 * key_group + lane / 8 % 2) * 8 * kSrcAtom + BlockN * kSrcAtom * (col / kSrcAtom) +
            r8 * kSrcAtom + 16 * (chunk ^ swizzle(r8, kSrcAtom));
   }
-  __host__ __device__ static constexpr uint32_t dst_offset(uint32_t lane, uint32_t unit) {
-    const uint32_t key_group = unit % kKeyGroups, col_group = unit / kKeyGroups;
+  __host__ __device__ static constexpr uint32_t dst_offset(uint32_t lane, uint32_t key_group, uint32_t col_group) {
     const uint32_t row = store_row(lane), r8 = row % 8;
     const uint32_t chunk = (16 * key_group % kDstAtom) / 16;
     return (4 * col_group + row / 8) * 8 * kDstAtom + D * kDstAtom * (16 * key_group / kDstAtom) +
            r8 * kDstAtom + 16 * (chunk ^ swizzle(r8, kDstAtom));
+  }
+  // The same for unit u = key group + kKeyGroups * column group (the tests' numbering).
+  __host__ __device__ static constexpr uint32_t src_offset(uint32_t lane, uint32_t unit) {
+    return src_offset(lane, unit % kKeyGroups, unit / kKeyGroups);
+  }
+  __host__ __device__ static constexpr uint32_t dst_offset(uint32_t lane, uint32_t unit) {
+    return dst_offset(lane, unit % kKeyGroups, unit / kKeyGroups);
   }
 
   // The units are walked in slabs: one column group's kSlabUnits consecutive key groups, starting
@@ -122,20 +127,32 @@ struct VTransposeUnits {
   // source offset is the first unit's plus j * 16 * kSrcAtom, and its destination offset the
   // slab's base plus (16 j) XOR a per-lane constant: a LOP3 and an add per unit besides the
   // ldmatrix, four PRMT and the stmatrix, where computing src_offset / dst_offset per unit took
-  // about 22 integer instructions (two thirds of the loop; SASS at d = 256). Tested against
-  // src_offset / dst_offset in tests/cpu.
+  // about 22 integer instructions (two thirds of the loop; SASS at d = 256). The slabs are
+  // numbered column group fastest: kColGroups (D / 32) is a power of two, so a slab's coordinates
+  // are a shift and a mask (key group fastest divided by 3 at 192 keys: ~30 instructions per slab
+  // of 4 units, half the transposers' instructions at d = 128 in ncu's source counters). Tested
+  // against src_offset / dst_offset in tests/cpu.
   static constexpr int kSlabUnits = kDstAtom / 16;
   static_assert(kKeyGroups % kSlabUnits == 0, "whole slabs per column group");
-  static constexpr int kSlabsPerColGroup = kKeyGroups / kSlabUnits;
+  static constexpr int kColGroups = D / 32;
+  static_assert((kColGroups & (kColGroups - 1)) == 0, "a power of two of column groups");
   static constexpr int kSlabs = kUnits / kSlabUnits;
+  __host__ __device__ static constexpr uint32_t slab_key_group(uint32_t slab) {
+    return slab / kColGroups * kSlabUnits;
+  }
+  __host__ __device__ static constexpr uint32_t slab_col_group(uint32_t slab) { return slab % kColGroups; }
   __host__ __device__ static constexpr uint32_t slab_first_unit(uint32_t slab) {
-    return (slab % kSlabsPerColGroup) * kSlabUnits + kKeyGroups * (slab / kSlabsPerColGroup);
+    return slab_key_group(slab) + kKeyGroups * slab_col_group(slab);
   }
   __host__ __device__ static constexpr uint32_t dst_chunk_xor(uint32_t lane) {
     return 16 * swizzle(store_row(lane) % 8, kDstAtom);
   }
-  __host__ __device__ static constexpr uint32_t dst_slab_base(uint32_t lane, uint32_t first_unit) {
-    return dst_offset(lane, first_unit) - dst_chunk_xor(lane);  // chunk 0 ^ x = x
+  __host__ __device__ static constexpr uint32_t dst_slab_base(uint32_t lane, uint32_t slab) {
+    // chunk 0 ^ x = x: a slab starts at a destination atom's first chunk
+    return dst_offset(lane, slab_key_group(slab), slab_col_group(slab)) - dst_chunk_xor(lane);
+  }
+  __host__ __device__ static constexpr uint32_t src_slab_base(uint32_t lane, uint32_t slab) {
+    return src_offset(lane, slab_key_group(slab), slab_col_group(slab));
   }
   __host__ __device__ static constexpr uint32_t src_in_slab(uint32_t slab_src, int j) {
     return slab_src + 16 * kSrcAtom * j;
@@ -145,9 +162,12 @@ struct VTransposeUnits {
   }
 };
 
-template <int BlockN, int D>
+// kInFlight: units whose ldmatrix is out at once (1 or 2). Two hide the ldmatrix latency where
+// the transposers limit the kernel (d = 256 with 24 registers); k7_launch.h says where it pays.
+template <int BlockN, int D, int kInFlight>
 __device__ __forceinline__ void transpose_v_tile(const uint8_t* v_ptr, uint8_t* vt_ptr, int thread,
                                                  int threads) {
+  static_assert(kInFlight == 1 || kInFlight == 2, "one or two units in flight");
   using Units = VTransposeUnits<BlockN, D>;
   const uint32_t v = sm80::smem_u32(v_ptr);
   const uint32_t vt = sm80::smem_u32(vt_ptr);
@@ -156,16 +176,24 @@ __device__ __forceinline__ void transpose_v_tile(const uint8_t* v_ptr, uint8_t* 
   const uint32_t sel_first = swapped ? 0x7531 : 0x6420, sel_second = swapped ? 0x6420 : 0x7531;
   const uint32_t chunk_xor = Units::dst_chunk_xor(lane);
   for (uint32_t slab = warp; slab < Units::kSlabs; slab += warps) {
-    const uint32_t first = Units::slab_first_unit(slab);
-    const uint32_t src = v + Units::src_offset(lane, first);
-    const uint32_t dst = vt + Units::dst_slab_base(lane, first);
+    const uint32_t src = v + Units::src_slab_base(lane, slab);
+    const uint32_t dst = vt + Units::dst_slab_base(lane, slab);
+    // A fresh copy per slab: without it ptxas hoists the kSlabUnits values (16 j) ^ chunk_xor out
+    // of the slab loop, and at d = 256 (24 registers) it spilled them: an LDL per unit.
+    uint32_t slab_xor = chunk_xor;
+    asm volatile("" : "+r"(slab_xor));
+    uint32_t r[kInFlight][4];
+    sm80::ldmatrix_x4_trans(r[0], Units::src_in_slab(src, 0));
     CUTE_UNROLL
     for (int j = 0; j < Units::kSlabUnits; ++j) {
-      uint32_t r[4];
-      sm80::ldmatrix_x4_trans(r, Units::src_in_slab(src, j));
-      stmatrix_x4(Units::dst_in_slab(dst, chunk_xor, j),  //
-                  __byte_perm(r[0], r[1], sel_first), __byte_perm(r[0], r[1], sel_second),
-                  __byte_perm(r[2], r[3], sel_first), __byte_perm(r[2], r[3], sel_second));
+      // With two in flight unit j + 1's ldmatrix goes out before unit j's permutes and store.
+      if (kInFlight == 1 && j > 0) sm80::ldmatrix_x4_trans(r[0], Units::src_in_slab(src, j));
+      if (kInFlight == 2 && j + 1 < Units::kSlabUnits)
+        sm80::ldmatrix_x4_trans(r[(j + 1) % kInFlight], Units::src_in_slab(src, j + 1));
+      const uint32_t(&u)[4] = r[j % kInFlight];
+      stmatrix_x4(Units::dst_in_slab(dst, slab_xor, j),  //
+                  __byte_perm(u[0], u[1], sel_first), __byte_perm(u[0], u[1], sel_second),
+                  __byte_perm(u[2], u[3], sel_first), __byte_perm(u[2], u[3], sel_second));
     }
   }
 }
