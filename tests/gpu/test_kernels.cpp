@@ -196,19 +196,18 @@ TEST_P(PerKernel, ManyTilesPerSm) {
 INSTANTIATE_TEST_SUITE_P(AllKernels, PerKernel, ::testing::ValuesIn(kernel_names()),
                          [](const auto& info) { return info.param; });
 
-// k7 and k8 take wide KV tiles on long rows (k7_launch.h, wide_kv_tile: 192 keys at d = 128, 256
-// at d = 64), which the matrix's shapes (at most 1000 keys) never reach: a last tile past
-// seqlen_k (2500 = 13 x 192 + 4; k8's 64-key descale segments past the last K scale block read
-// its scale, masked; 8300 = 32 x 256 + 108), causal with seqlen_q != seqlen_k, GQA 8:1, a negative
-// scale (k8: set_factors scales such segments itself).
+// k7 and k8 take wide KV tiles on long rows (k7_launch.h, wide_kv_tile: 192 keys at d = 128),
+// which the matrix's shapes (at most 1000 keys) never reach: a last tile past seqlen_k
+// (2500 = 13 x 192 + 4; k8's 64-key descale segments past the last K scale block read its scale,
+// masked), causal with seqlen_q != seqlen_k, GQA 8:1, a negative scale (k8: set_factors scales
+// such segments itself).
 class Fp8WideKvTiles : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Fp8WideKvTiles, MatchReference) {
   HFA_SKIP_WITHOUT_GPU();
   const struct { int head_dim, batch, seqlen_q, seqlen_k, heads_q, heads_kv; bool causal; float scale; } cases[] = {
       {128, 2, 300, 2500, 8, 1, false, 0.f},      {128, 1, 300, 2500, 4, 2, false, -0.37f},
-      {128, 1, 4200, 4300, 4, 2, true, 0.f},      {64, 1, 300, 8300, 4, 1, false, 0.f},
-      {64, 1, 8250, 8300, 2, 1, true, 0.f},
+      {128, 1, 4200, 4300, 4, 2, true, 0.f},
   };
   const std::vector<int> dims = compiled_head_dims();
   int ran = 0;
@@ -230,13 +229,51 @@ TEST_P(Fp8WideKvTiles, MatchReference) {
     shape.seqlen_k = cs.seqlen_k;
     shape.causal = cs.causal;
     shape.fp8_block_scales = c.fp8_block_scales;
-    if (!k7::wide_kv_tile(shape)) continue;  // k8 keeps 128-key tiles at d = 64
+    if (!k7::wide_kv_tile(shape)) continue;
     expect_forward_pass(c, 31 + ran, 256);
     ++ran;
   }
   // d = 128 reaches them for both kernels: a rule change that drops every case must show.
   if (std::find(dims.begin(), dims.end(), 128) != dims.end()) EXPECT_GE(ran, 3) << "no case reached the wide tiles";
   if (ran == 0) GTEST_SKIP() << "no compiled head dim takes wide tiles for " << GetParam();
+}
+
+// k7's and k8's 192-row Q tiles (three consumer warpgroups, d = 64: k7_launch.h,
+// consumer_warpgroups): ragged last Q tiles, causal with seqlen_q != seqlen_k both ways, one query
+// row, GQA 6:1, MQA, a negative scale; k8's Q descale blocks (128 rows) then straddle Q tiles.
+class Fp8ThreeConsumerWarpgroups : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Fp8ThreeConsumerWarpgroups, MatchReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  const std::vector<int> dims = compiled_head_dims();
+  if (std::find(dims.begin(), dims.end(), 64) == dims.end()) GTEST_SKIP() << "d = 64 not compiled";
+  const struct { int batch, seqlen_q, seqlen_k, heads_q, heads_kv; bool causal; float scale; } cases[] = {
+      {2, 333, 2900, 6, 1, false, 0.f}, {1, 1000, 8200, 2, 1, true, 0.f},   {1, 2900, 2100, 4, 4, true, 0.f},
+      {1, 2100, 4500, 3, 3, true, 0.f}, {3, 1, 2500, 8, 1, false, 0.f},      {1, 700, 2048, 4, 2, false, -0.41f},
+      {2, 100, 3000, 2, 1, false, 0.f},  // k8: the third warpgroup's rows lie past the last Q scale block
+  };
+  int ran = 0;
+  for (const auto& cs : cases) {
+    check::Config c;
+    c.kernel = GetParam();
+    check::use_kernel_inputs(&c, c.kernel);
+    c.head_dim = 64;
+    c.batch = cs.batch;
+    c.seqlen_q = cs.seqlen_q;
+    c.seqlen_k = cs.seqlen_k;
+    c.heads_q = cs.heads_q;
+    c.heads_kv = cs.heads_kv;
+    c.causal = cs.causal;
+    if (cs.scale != 0.f) c.softmax_scale = cs.scale;
+    FwdProblem shape;
+    shape.head_dim = 64;
+    shape.seqlen_k = cs.seqlen_k;
+    shape.causal = cs.causal;
+    shape.fp8_block_scales = c.fp8_block_scales;
+    ASSERT_EQ(k7::consumer_warpgroups(shape), 3) << "case " << ran << " no longer takes 192-row tiles";
+    expect_forward_pass(c, 61 + ran, 256);
+    ++ran;
+  }
 }
 
 std::vector<std::string> fp8_kernel_names() {
@@ -248,6 +285,9 @@ std::vector<std::string> fp8_kernel_names() {
 INSTANTIATE_TEST_SUITE_P(Fp8Kernels, Fp8WideKvTiles, ::testing::ValuesIn(fp8_kernel_names()),
                          [](const auto& info) { return info.param; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Fp8WideKvTiles);
+INSTANTIATE_TEST_SUITE_P(Fp8Kernels, Fp8ThreeConsumerWarpgroups, ::testing::ValuesIn(fp8_kernel_names()),
+                         [](const auto& info) { return info.param; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Fp8ThreeConsumerWarpgroups);
 
 }  // namespace
 }  // namespace hfa::testing

@@ -37,20 +37,30 @@
 
 namespace hfa::k7 {
 
-// A producer warpgroup (warp 0: TMA; warps 1-3: V transpose) and two consumer warpgroups.
-// setmaxnreg moves registers within what the CTA got at launch: 384 threads x 168 (the
-// __launch_bounds__ share of 65536, in steps of 8) = 64512. A split that asks for more makes the
-// consumers' alloc wait forever (it hung the H100 once: 32 / 240), hence the static_assert.
+// A producer warpgroup (warp 0: TMA; warps 1-3: V transpose) and two or three consumer
+// warpgroups (k7_launch.h: consumer_warpgroups). setmaxnreg moves registers within what the CTA
+// got at launch: 384 threads x 168 (the __launch_bounds__ share of 65536, in steps of 8) = 64512,
+// or 512 x 128 = 65536. A split that asks for more makes the consumers' alloc wait forever (it
+// hung the H100 once: 32 / 240), hence the static_assert.
 // d = 256 with 128-key tiles needs 240 per consumer (O 128 registers, S 64, P 16 in flight; at
 // 232 ptxas serializes the WGMMAs, C7512); the producer then gets 24 and spills a few values per
 // KV tile (its loops are not the critical path: measured 6% faster than 64-key tiles at 56 / 224).
-// At d <= 128, 56 / 224 (40 / 232 measured 1% slower).
-constexpr int kThreads = 384;
-constexpr int kLaunchRegisters = 168;
-constexpr int consumer_registers(int head_dim) { return head_dim <= 128 ? 224 : 240; }
-constexpr int producer_registers(int head_dim) { return head_dim <= 128 ? 56 : 24; }
-static_assert(128 * producer_registers(64) + 256 * consumer_registers(64) <= kThreads * kLaunchRegisters &&
-                  128 * producer_registers(256) + 256 * consumer_registers(256) <= kThreads * kLaunchRegisters,
+// At d <= 128, 56 / 224 (40 / 232 measured 1% slower). Three consumer warpgroups (d = 64, 128-key
+// tiles: S 64 registers, O 32, P 16) get 160 each, the producer 32.
+constexpr int threads(int consumer_warpgroups) { return 128 * (1 + consumer_warpgroups); }
+constexpr int launch_registers(int consumer_warpgroups) { return consumer_warpgroups == 2 ? 168 : 128; }
+constexpr int consumer_registers(int head_dim, int consumer_warpgroups) {
+  return consumer_warpgroups == 3 ? 160 : head_dim <= 128 ? 224 : 240;
+}
+constexpr int producer_registers(int head_dim, int consumer_warpgroups) {
+  return consumer_warpgroups == 3 ? 32 : head_dim <= 128 ? 56 : 24;
+}
+constexpr bool registers_fit(int head_dim, int consumer_warpgroups) {
+  return 128 * producer_registers(head_dim, consumer_warpgroups) +
+             128 * consumer_warpgroups * consumer_registers(head_dim, consumer_warpgroups) <=
+         threads(consumer_warpgroups) * launch_registers(consumer_warpgroups);
+}
+static_assert(registers_fit(64, 2) && registers_fit(128, 2) && registers_fit(256, 2) && registers_fit(64, 3),
               "setmaxnreg cannot hand out more registers than the CTA was launched with");
 constexpr int kTransposeThreads = 96;
 constexpr long long kL2GroupBytes = 24LL << 20;  // as K6
@@ -62,15 +72,16 @@ struct PerHeadDescale {  // k7: one factor per (batch, KV head), folded into exp
   static constexpr bool kFoldScale = true;
   static constexpr bool kTileFactor = false;
   float scale_log2;
-  template <int kBlockM, int kBlockN>
-  __device__ PerHeadDescale(const FwdProblem& p, const sm90::BlockCoord& bc, int hk,
-                            std::integral_constant<int, kBlockM>, std::integral_constant<int, kBlockN>)
+  __device__ PerHeadDescale(const FwdProblem& p, const sm90::BlockCoord& bc, int hk, int /*row0*/)
       : scale_log2(p.softmax_scale * p.q_descale.at(bc.batch, hk) * p.k_descale.at(bc.batch, hk) *
                    sm90::kLog2e) {}
   __device__ float tile_scale_log2(int) const { return scale_log2; }
 };
 
-// k8: Q's descale per 128-row tile, K's per 128 keys (kFp8ScaleBlock). A KV tile of kBlockN keys
+// k8: Q's descale per 128 rows, K's per 128 keys (kFp8ScaleBlock). A consumer warpgroup's 64 Q
+// rows (first row `row0`, a multiple of 64) lie in one Q scale block, whether the Q tile has two
+// warpgroups (128 rows: one block) or three (192 rows: a tile can span two); rows wholly past
+// seqlen_q (never stored) read the last block's scale. A KV tile of kBlockN keys
 // is taken in segments of segment_keys(kBlockN) = gcd(kBlockN, 128) keys, each inside one K scale
 // block: a 128-key tile is one segment, a 192-key tile (which spans parts of two blocks) three of
 // 64. OnlineSoftmax folds each segment's factor into exp2's FFMA.
@@ -90,16 +101,14 @@ struct BlockDescale {
   const float* k_scales;  // this (batch, KV head)'s row of k_block_descale
   int64_t block_stride;
   int last_block;  // a last tile's segments past seqlen_k (all masked) read the last block's scale
-  template <int kBlockM, int kBlockN>
-  __device__ BlockDescale(const FwdProblem& p, const sm90::BlockCoord& bc, int hk,
-                          std::integral_constant<int, kBlockM>, std::integral_constant<int, kBlockN>)
-      : q_scale_log2(p.softmax_scale * p.q_block_descale.at(bc.batch, bc.head, bc.m_block) * sm90::kLog2e),
+  static_assert(kFp8ScaleBlock % 64 == 0, "a warpgroup's 64 rows in one Q scale block");
+  __device__ BlockDescale(const FwdProblem& p, const sm90::BlockCoord& bc, int hk, int row0)
+      : q_scale_log2(p.softmax_scale * sm90::kLog2e *
+                     p.q_block_descale.at(bc.batch, bc.head, min(row0, p.seqlen_q - 1) / kFp8ScaleBlock)),
         k_scales(&p.k_block_descale.data[bc.batch * p.k_block_descale.batch_stride +
                                          hk * p.k_block_descale.head_stride]),
         block_stride(p.k_block_descale.block_stride),
-        last_block((p.seqlen_k - 1) / kFp8ScaleBlock) {
-    static_assert(kBlockM == kFp8ScaleBlock, "a Q tile must be one Q scale block");
-  }
+        last_block((p.seqlen_k - 1) / kFp8ScaleBlock) {}
   template <int kBlockN, int kSegments>
   __device__ void segment_scales_log2(int n_tile, float (&f)[kSegments]) const {
     constexpr int kSegmentKeys = segment_keys(kBlockN);
@@ -113,21 +122,23 @@ struct BlockDescale {
 };
 
 // The launch-facing tile configuration (what sm90::launch_attention reads) and the shared memory.
-template <typename T, int D, class ScalesPolicy, int BlockN>
+template <typename T, int D, class ScalesPolicy, int BlockN, int ConsumerWarpgroups>
 struct K7Config {
   using Scales = ScalesPolicy;
   using E = cute::float_e4m3_t;
   using Out = T;
-  static constexpr int kConsumerWarpgroups = 2;
-  static constexpr int kBlockM = k7::kBlockM, kBlockN = BlockN, kStages = stages(D);
+  static constexpr int kConsumerWarpgroups = ConsumerWarpgroups;
+  static constexpr int kBlockM = 64 * ConsumerWarpgroups, kBlockN = BlockN, kStages = stages(D);
   static constexpr int kHeadDim = D;
   static constexpr bool kStageO = false;
-  static constexpr int kConsumerThreads = 256;
+  static constexpr int kConsumerThreads = 128 * ConsumerWarpgroups;
+  static constexpr int kThreads = threads(ConsumerWarpgroups);
   using QLayout = sm90::TileLayout<E, kBlockM, D>;
   using KVLayout = sm90::TileLayout<E, kBlockN, D>;
   using VtLayout = sm90::TileLayout<E, D, kBlockN>;  // (head_dim, keys), keys contiguous
-  using MmaQK = sm90::QkTiledMma<E, kBlockN, D, sm90::WarpgroupsAlongM<2>>;
-  using MmaPV = sm90::RegisterATiledMma<E, D, kBlockN, cute::GMMA::Major::K, sm90::WarpgroupsAlongM<2>>;
+  using MmaQK = sm90::QkTiledMma<E, kBlockN, D, sm90::WarpgroupsAlongM<ConsumerWarpgroups>>;
+  using MmaPV = sm90::RegisterATiledMma<E, D, kBlockN, cute::GMMA::Major::K,
+                                        sm90::WarpgroupsAlongM<ConsumerWarpgroups>>;
   using Pipeline = sm90::TmaPipeline<kStages>;  // K (TMA), V (TMA), Vt (transposers' stores)
   using QPipeline = sm90::TmaPipeline<1>;
   static constexpr int kQElems = kBlockM * D, kKVElems = kBlockN * D;
@@ -174,8 +185,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   const sm90::AttentionMask mask(p);
   const int hk = bc.head / p.group_size();
   using Scales = typename Config::Scales;
-  const Scales scales(p, bc, hk, std::integral_constant<int, kBlockM>{},
-                      std::integral_constant<int, kBlockN>{});
+  const Scales scales(p, bc, hk, q0 + 64 * (mma_thread / 128));
 
   typename Config::MmaQK mma_qk;
   typename Config::MmaPV mma_pv;
@@ -304,7 +314,7 @@ __device__ __forceinline__ void for_each_tile(const FwdProblem& p,
 }
 
 template <class Config>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(Config::kThreads, 1)
     k7_forward_kernel(const __grid_constant__ typename Config::Params params) {
   constexpr int D = Config::kHeadDim;
   using Pipeline = typename Config::Pipeline;
@@ -323,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<producer_registers(D)>();
+    cutlass::arch::warpgroup_reg_dealloc<producer_registers(D, Config::kConsumerWarpgroups)>();
     if (threadIdx.x < 32) {  // warp 0: one thread streams Q, K and V for every tile of this CTA
       if (threadIdx.x != 0) return;
       typename Pipeline::State kv = Pipeline::producer_start();
@@ -348,7 +358,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int tile = 0; tile < n_tiles; ++tile) {
           Pipeline::consumer_wait(ss.pipeline_v, in);
           Pipeline::producer_wait_empty(ss.pipeline_vt, out);
-          sm90::transpose_v_tile<Config::kBlockN, D, transpose_units_in_flight(D, Config::kBlockN)>(
+          sm90::transpose_v_tile<Config::kBlockN, D, transpose_units_in_flight(D)>(
               reinterpret_cast<const uint8_t*>(ss.v[in.index]),
               reinterpret_cast<uint8_t*>(ss.vt[out.index]), thread, kTransposeThreads);
           cutlass::arch::fence_view_async_shared();  // the stores, visible to WGMMA's reads
@@ -360,7 +370,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       });
     }
   } else {  // consumers
-    cutlass::arch::warpgroup_reg_alloc<consumer_registers(D)>();
+    cutlass::arch::warpgroup_reg_alloc<consumer_registers(D, Config::kConsumerWarpgroups)>();
     const int mma_thread = threadIdx.x - 128;
     const sm90::WarpgroupTurns<kPingPong> turns(mma_thread / 128);
     typename Pipeline::State kv = Pipeline::consumer_start();
@@ -375,20 +385,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <typename T, int D, class Scales, int BlockN>
+template <typename T, int D, class Scales, int BlockN, int ConsumerWarpgroups>
 cudaError_t launch_tiles(const FwdProblem& p, cudaStream_t stream) {
-  using Config = K7Config<T, D, Scales, BlockN>;
+  using Config = K7Config<T, D, Scales, BlockN, ConsumerWarpgroups>;
   static_assert(Config::kSmemBytes <= smem_bytes(D), "k7_launch.h's smem_bytes() must bound the kernel's");
-  return sm90::launch_persistent<Config>(k7_forward_kernel<Config>, kThreads, /*element_bytes=*/1,
+  return sm90::launch_persistent<Config>(k7_forward_kernel<Config>, Config::kThreads, /*element_bytes=*/1,
                                          kL2GroupBytes, p, stream);
 }
 
 template <typename T, int D, class Scales>
 cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
-  if constexpr (max_block_n(D) != kBlockN) {
-    if (wide_kv_tile(p)) return launch_tiles<T, D, Scales, wide_block_n(D)>(p, stream);
+  if constexpr (max_consumer_warpgroups(D) == 3) {
+    if (consumer_warpgroups(p) == 3) return launch_tiles<T, D, Scales, kBlockN, 3>(p, stream);
   }
-  return launch_tiles<T, D, Scales, kBlockN>(p, stream);
+  if constexpr (max_block_n(D) != kBlockN) {
+    if (wide_kv_tile(p)) return launch_tiles<T, D, Scales, kWideBlockN, 2>(p, stream);
+  }
+  return launch_tiles<T, D, Scales, kBlockN, 2>(p, stream);
 }
 
 }  // namespace hfa::k7
