@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # ncu profiles behind the WORKLOG's analyses, clocks left alone (--clock-control none: device
-# METHOD.md). Usage: scripts/ncu_profile.sh decode|fp8|bwd
+# METHOD.md). Usage: scripts/ncu_profile.sh decode|fp8|fp8-source|bwd
 #   decode: flash decode's kernels (32 query / 8 KV heads, d = 128, one new token) at batch 1 x 8k
 #           keys (split + combine), batch 1 x 64k (one wave of long splits) and batch 64 x 16k (no
 #           split, two waves) -> $OUT/ncu-decode.txt ("Flash decode", second pass)
 #   fp8:    k7 and FlashAttention-3's FP8 forward on one problem (d = $FP8_HEADDIM, default 128,
 #           s = 16k, 2048 / d heads, batch 1, non-causal; needs the fa3_fwd wheel in .whl/) ->
 #           $OUT/ncu-k7.txt and $OUT/ncu-fa3.txt (K7, "The profile next to FlashAttention-3's")
+#   fp8-source: the same two kernels with ncu's source counters (warp-state samples per SASS
+#           instruction) -> $OUT/src-k7.csv.gz and $OUT/src-fa3.csv.gz, for
+#           scripts/ncu_source_summary.py (K7, fourth pass)
 #   bwd:    bwd_sm90's main kernel and cuDNN's backward (torch SDPA) on one problem (d = 128,
 #           s = 8k, 16 heads, batch 2, non-causal) -> $OUT/ncu-bwd.txt ("bwd_sm90")
 set -uo pipefail
@@ -29,12 +32,16 @@ case "${1:-}" in
     done
     echo "ncu: wrote $out/ncu-decode.txt"
     ;;
-  fp8)
+  fp8 | fp8-source)
     sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats
               --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy)
+    [ "$1" = fp8-source ] && sections=(--section SpeedOfLight --section WarpStateStats --section SourceCounters
+                                       --section InstructionStats --import-source no)
+    mode=$1
+    report() { [ "$mode" = fp8-source ] && echo "-f -o /tmp/ncu-$1"; }  # a report to export below
     d=${FP8_HEADDIM:-128}
     heads=$((2048 / d))
-    ncu --clock-control none "${sections[@]}" --kernel-name regex:k7 --launch-count 1 \
+    ncu --clock-control none "${sections[@]}" $(report k7) --kernel-name regex:k7 --launch-count 1 \
       "$bench" k7 --seqlen 16384 --headdim "$d" --batch 1 --heads "$heads" --iters 1 --warmup 0 \
       >"$out/ncu-k7.txt" 2>&1
     for w in "$root"/.whl/*.whl; do
@@ -49,8 +56,15 @@ flash_attn_func(q, k, v, q_descale=d[0], k_descale=d[1], v_descale=d[2])
 torch.cuda.synchronize()
 PY
     # FA3's kernel is cutlass's device_kernel<...FlashAttnFwdSm90...>: match the demangled name.
-    PYTHONPATH=/tmp/hfa-peers ncu --clock-control none "${sections[@]}" --kernel-name-base demangled \
+    PYTHONPATH=/tmp/hfa-peers ncu --clock-control none "${sections[@]}" $(report fa3) --kernel-name-base demangled \
       --kernel-name regex:"[Ff]lash" --launch-count 1 python3 /tmp/fa3_once.py >"$out/ncu-fa3.txt" 2>&1
+    if [ "$mode" = fp8-source ]; then
+      for w in k7 fa3; do
+        ncu -i "/tmp/ncu-$w.ncu-rep" --page details >"$out/ncu-$w.txt" 2>&1
+        ncu -i "/tmp/ncu-$w.ncu-rep" --page source --csv --print-source sass | gzip >"$out/src-$w.csv.gz"
+      done
+      echo "ncu: wrote $out/src-k7.csv.gz $out/src-fa3.csv.gz (scripts/ncu_source_summary.py)"
+    fi
     echo "ncu: wrote $out/ncu-k7.txt $out/ncu-fa3.txt"
     ;;
   bwd)

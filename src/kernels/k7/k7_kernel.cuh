@@ -1,8 +1,8 @@
 // K7: the FP8 forward. Q, K, V in e4m3 with per-(batch, KV head) descales; O in bf16/fp16.
 //
-// K6's structure (a producer warpgroup, two consumer warpgroups with ping-pong and the
-// intra-warpgroup overlap, the persistent scheduler), with both GEMMs on e4m3 WGMMA (k = 32,
-// twice the bf16 rate). What FP8 changes (sm90/common/fp8_pv.cuh):
+// K6's structure (a producer warpgroup, two consumer warpgroups with ping-pong at d >= 128 or
+// three at d = 64, the intra-warpgroup overlap, the persistent scheduler), with both GEMMs on
+// e4m3 WGMMA (k = 32, twice the bf16 rate). What FP8 changes (sm90/common/fp8_pv.cuh):
 //  1. V must be K-major for P V. The producer warpgroup's warps 1-3, idle in K6, transpose each
 //     V tile in shared memory (V ring -> Vt ring) while warp 0 issues the TMA loads. The V ring's
 //     consumers are those 96 threads; the Vt ring is filled by their stores and read by the
