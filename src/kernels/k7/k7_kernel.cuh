@@ -186,6 +186,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   const int hk = bc.head / p.group_size();
   using Scales = typename Config::Scales;
   const Scales scales(p, bc, hk, q0 + 64 * (mma_thread / 128));
+  const float v_descale = p.v_descale.at(bc.batch, hk);  // read now: in the epilogue its load stalled
 
   typename Config::MmaQK mma_qk;
   typename Config::MmaPV mma_pv;
@@ -290,12 +291,11 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
 
   float lse[kRows], inv[kRows];
   softmax.finalize(inv, lse);
-  const float v_descale = p.v_descale.at(bc.batch, hk);
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r) inv[r] *= v_descale;
   Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<D>>{}));
-  sm90::store_output<typename Config::Out>(p, o_rc, inv, sm90::as_rowcol(tOcO), lse, bc.batch,
-                                           bc.head, q0);
+  sm90::store_output_16B<typename Config::Out>(p, o_rc, inv, sm90::as_rowcol(tOcO), lse, bc.batch,
+                                               bc.head, q0);
 }
 
 // The producer's tile walk, shared by the TMA thread and the transposers: for every tile of this

@@ -153,6 +153,74 @@ __device__ __forceinline__ void store_output(const FwdProblem& p, const TO& o_rc
   }
 }
 
+// The 4 x 4 transpose of 32-bit values across a quad (lanes 4k .. 4k + 3): lane q's a[j] becomes
+// lane j's a[q]. Two rounds of xor shuffles, each moving two values per lane.
+__device__ __forceinline__ void quad_transpose(uint32_t (&a)[4], uint32_t quad) {
+  const bool odd = quad & 1, high = quad & 2;
+  uint32_t x0 = odd ? a[0] : a[1], x1 = odd ? a[2] : a[3];
+  x0 = __shfl_xor_sync(0xffffffffu, x0, 1);
+  x1 = __shfl_xor_sync(0xffffffffu, x1, 1);
+  if (odd) {
+    a[0] = x0;
+    a[2] = x1;
+  } else {
+    a[1] = x0;
+    a[3] = x1;
+  }
+  x0 = high ? a[0] : a[2];
+  x1 = high ? a[1] : a[3];
+  x0 = __shfl_xor_sync(0xffffffffu, x0, 2);
+  x1 = __shfl_xor_sync(0xffffffffu, x1, 2);
+  if (high) {
+    a[0] = x0;
+    a[1] = x1;
+  } else {
+    a[2] = x0;
+    a[3] = x1;
+  }
+}
+
+// store_output with 16-byte stores (the output must be 16-byte aligned, which check_16B_aligned
+// requires of the sm90 kernels). A quad's four threads share their rows and hold column pairs
+// 2q, 2q + 1 of every 8-column block; a quad_transpose per 4 blocks hands thread q block q's 8
+// columns, so each row goes out in 16-byte pieces instead of 4-byte ones (whose 32-byte sectors
+// the L2 saw half-written twice: ncu's "uncoalesced global accesses", the epilogue's STG queue
+// a third of k7's consumer time at d = 256, s = 512). The shuffles run for rows past seqlen_q
+// too (each quad's rows differ; the mask is the whole warp); only their stores are dropped.
+template <typename T, class TO, class TC>
+__device__ __forceinline__ void store_output_16B(const FwdProblem& p, const TO& o_rc,
+                                                 const float* row_factor, const TC& coord_rc,
+                                                 const float* lse, int b, int h, int q0) {
+  using namespace cute;
+  static_assert(sizeof(T) == 2, "two-byte outputs: 8 columns per 16 bytes");
+  constexpr int kCols = decltype(size<1>(o_rc))::value;
+  static_assert(kCols % 8 == 0, "whole groups of four 8-column blocks");
+  const uint32_t quad = threadIdx.x % 4;
+  const int col0 = get<1>(coord_rc(0, 0));  // 2 quad: the quad's first block starts at col0 - 2 quad
+  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + (col0 - 2 * quad) + 8 * quad;
+  CUTE_UNROLL
+  for (int r = 0; r < size<0>(o_rc); ++r) {
+    const int qi = q0 + get<0>(coord_rc(r, 0));
+    const bool in_range = qi < p.seqlen_q;
+    T* orow = o + int64_t(in_range ? qi : 0) * p.o_row_stride;
+    CUTE_UNROLL
+    for (int g = 0; g < kCols / 8; ++g) {
+      uint32_t a[4];
+      CUTE_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        T pair[2] = {from_float<T>(o_rc(r, 8 * g + 2 * j) * row_factor[r]),
+                     from_float<T>(o_rc(r, 8 * g + 2 * j + 1) * row_factor[r])};
+        a[j] = *reinterpret_cast<uint32_t*>(pair);
+      }
+      quad_transpose(a, quad);
+      const int dc = get<1>(coord_rc(r, 8 * g)) - col0;  // 32 g: a constant once unrolled
+      if (in_range) *reinterpret_cast<uint4*>(orow + dc) = make_uint4(a[0], a[1], a[2], a[3]);
+    }
+    if (in_range && p.lse && quad == 0)
+      p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + qi * p.lse_row_stride] = lse[r];
+  }
+}
+
 // Host side of every kernel on an AttentionConfig: descriptors, shared-memory limit, launch of
 // `threads` per CTA on `grid` (from the kernel's tile scheduler).
 template <class Config, class Kernel>
