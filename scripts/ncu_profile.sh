@@ -5,7 +5,8 @@
 #           keys (split + combine), batch 1 x 64k (one wave of long splits) and batch 64 x 16k (no
 #           split, two waves) -> $OUT/ncu-decode.txt ("Flash decode", second pass)
 #   fp8:    k7 and FlashAttention-3's FP8 forward on one problem (d = $FP8_HEADDIM, default 128,
-#           s = 16k, 2048 / d heads, batch 1, non-causal; needs the fa3_fwd wheel in .whl/) ->
+#           s = $FP8_SEQLEN, default 16k, 2048 / d heads, batch 16k / s, non-causal; needs the
+#           fa3_fwd wheel in .whl/) ->
 #           $OUT/ncu-k7.txt and $OUT/ncu-fa3.txt (K7, "The profile next to FlashAttention-3's")
 #   fp8-source: the same two kernels with ncu's source counters (warp-state samples per SASS
 #           instruction) -> $OUT/src-k7.csv.gz and $OUT/src-fa3.csv.gz, for
@@ -40,9 +41,11 @@ case "${1:-}" in
     mode=$1
     report() { [ "$mode" = fp8-source ] && echo "-f -o /tmp/ncu-$1"; }  # a report to export below
     d=${FP8_HEADDIM:-128}
+    s=${FP8_SEQLEN:-16384}
     heads=$((2048 / d))
+    batch=$((16384 / s))
     ncu --clock-control none "${sections[@]}" $(report k7) --kernel-name regex:k7 --launch-count 1 \
-      "$bench" k7 --seqlen 16384 --headdim "$d" --batch 1 --heads "$heads" --iters 1 --warmup 0 \
+      "$bench" k7 --seqlen "$s" --headdim "$d" --batch "$batch" --heads "$heads" --iters 1 --warmup 0 \
       >"$out/ncu-k7.txt" 2>&1
     for w in "$root"/.whl/*.whl; do
       python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/hfa-peers "$w"
@@ -50,8 +53,8 @@ case "${1:-}" in
     cat >/tmp/fa3_once.py <<PY
 import torch
 from fa3_fwd_interface import flash_attn_func
-q, k, v = ((torch.randn(1, 16384, $heads, $d, device="cuda") * 64).to(torch.float8_e4m3fn) for _ in range(3))
-d = [torch.full((1, $heads), 1 / 64, device="cuda") for _ in range(3)]
+q, k, v = ((torch.randn($batch, $s, $heads, $d, device="cuda") * 64).to(torch.float8_e4m3fn) for _ in range(3))
+d = [torch.full(($batch, $heads), 1 / 64, device="cuda") for _ in range(3)]
 flash_attn_func(q, k, v, q_descale=d[0], k_descale=d[1], v_descale=d[2])
 torch.cuda.synchronize()
 PY
