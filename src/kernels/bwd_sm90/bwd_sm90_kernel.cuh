@@ -114,19 +114,24 @@ struct BwdConfig {
 
 // The rows of a thread's (rows, cols) accumulator fragment (times `factor`) to global memory in
 // the gradients' dtype G (T, or fp32 unrounded), rows at or past row_limit dropped: dst points at
-// row 0, column 0. Adjacent column pairs go out as one store (store2).
+// row 0, column 0. A 2-byte G goes out in 16-byte pieces (sm90::store_fragment_rows_16B, as k7's
+// O; every consumer thread calls this); fp32 in adjacent column pairs (store2).
 template <typename G, class TA, class TC>
 __device__ __forceinline__ void store_fragment_rows(G* dst, int64_t row_stride, const TA& acc_rc,
                                                     const TC& coord_rc, int row_limit, float factor) {
   using namespace cute;
-  CUTE_UNROLL
-  for (int r = 0; r < size<0>(acc_rc); ++r) {
-    const int row = get<0>(coord_rc(r, 0));
-    if (row >= row_limit) continue;
-    G* out = dst + row * row_stride;
+  if constexpr (sizeof(G) == 2) {
+    sm90::store_fragment_rows_16B<G>(dst, row_stride, acc_rc, coord_rc, row_limit, [&](int) { return factor; });
+  } else {
     CUTE_UNROLL
-    for (int c = 0; c < size<1>(acc_rc); c += 2)
-      store2<G>(out + get<1>(coord_rc(r, c)), acc_rc(r, c) * factor, acc_rc(r, c + 1) * factor);
+    for (int r = 0; r < size<0>(acc_rc); ++r) {
+      const int row = get<0>(coord_rc(r, 0));
+      if (row >= row_limit) continue;
+      G* out = dst + row * row_stride;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(acc_rc); c += 2)
+        store2<G>(out + get<1>(coord_rc(r, c)), acc_rc(r, c) * factor, acc_rc(r, c + 1) * factor);
+    }
   }
 }
 
