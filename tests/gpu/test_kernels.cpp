@@ -196,6 +196,36 @@ TEST_P(PerKernel, ManyTilesPerSm) {
 INSTANTIATE_TEST_SUITE_P(AllKernels, PerKernel, ::testing::ValuesIn(kernel_names()),
                          [](const auto& info) { return info.param; });
 
+// One FP8 shape of the tests below, for `kernel` with its inputs (check::use_kernel_inputs), and
+// the FwdProblem fields that k7_launch.h's tile choices read. scale 0: the default softmax scale.
+struct Fp8Case {
+  int head_dim, batch, seqlen_q, seqlen_k, heads_q, heads_kv;
+  bool causal;
+  float scale;
+  check::Config config(const std::string& kernel) const {
+    check::Config c;
+    c.kernel = kernel;
+    check::use_kernel_inputs(&c, c.kernel);
+    c.head_dim = head_dim;
+    c.batch = batch;
+    c.seqlen_q = seqlen_q;
+    c.seqlen_k = seqlen_k;
+    c.heads_q = heads_q;
+    c.heads_kv = heads_kv;
+    c.causal = causal;
+    if (scale != 0.f) c.softmax_scale = scale;
+    return c;
+  }
+  FwdProblem tile_shape(bool fp8_block_scales) const {
+    FwdProblem shape;
+    shape.head_dim = head_dim;
+    shape.seqlen_k = seqlen_k;
+    shape.causal = causal;
+    shape.fp8_block_scales = fp8_block_scales;
+    return shape;
+  }
+};
+
 // k7 and k8 take wide KV tiles on long rows (k7_launch.h, wide_kv_tile: 192 keys at d = 128),
 // which the matrix's shapes (at most 1000 keys) never reach: a last tile past seqlen_k
 // (2500 = 13 x 192 + 4; k8's 64-key descale segments past the last K scale block read its scale,
@@ -205,31 +235,16 @@ class Fp8WideKvTiles : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Fp8WideKvTiles, MatchReference) {
   HFA_SKIP_WITHOUT_GPU();
-  const struct { int head_dim, batch, seqlen_q, seqlen_k, heads_q, heads_kv; bool causal; float scale; } cases[] = {
+  const Fp8Case cases[] = {
       {128, 2, 300, 2500, 8, 1, false, 0.f},      {128, 1, 300, 2500, 4, 2, false, -0.37f},
       {128, 1, 4200, 4300, 4, 2, true, 0.f},
   };
   const std::vector<int> dims = compiled_head_dims();
   int ran = 0;
-  for (const auto& cs : cases) {
+  for (const Fp8Case& cs : cases) {
     if (std::find(dims.begin(), dims.end(), cs.head_dim) == dims.end()) continue;
-    check::Config c;
-    c.kernel = GetParam();
-    check::use_kernel_inputs(&c, c.kernel);
-    c.head_dim = cs.head_dim;
-    c.batch = cs.batch;
-    c.seqlen_q = cs.seqlen_q;
-    c.seqlen_k = cs.seqlen_k;
-    c.heads_q = cs.heads_q;
-    c.heads_kv = cs.heads_kv;
-    c.causal = cs.causal;
-    if (cs.scale != 0.f) c.softmax_scale = cs.scale;
-    FwdProblem shape;
-    shape.head_dim = cs.head_dim;
-    shape.seqlen_k = cs.seqlen_k;
-    shape.causal = cs.causal;
-    shape.fp8_block_scales = c.fp8_block_scales;
-    if (!k7::wide_kv_tile(shape)) continue;
+    const check::Config c = cs.config(GetParam());
+    if (!k7::wide_kv_tile(cs.tile_shape(c.fp8_block_scales))) continue;
     expect_forward_pass(c, 31 + ran, 256);
     ++ran;
   }
@@ -247,30 +262,16 @@ TEST_P(Fp8ThreeConsumerWarpgroups, MatchReference) {
   HFA_SKIP_WITHOUT_GPU();
   const std::vector<int> dims = compiled_head_dims();
   if (std::find(dims.begin(), dims.end(), 64) == dims.end()) GTEST_SKIP() << "d = 64 not compiled";
-  const struct { int batch, seqlen_q, seqlen_k, heads_q, heads_kv; bool causal; float scale; } cases[] = {
-      {2, 333, 2900, 6, 1, false, 0.f}, {1, 1000, 8200, 2, 1, true, 0.f},   {1, 2900, 2100, 4, 4, true, 0.f},
-      {1, 2100, 4500, 3, 3, true, 0.f}, {3, 1, 2500, 8, 1, false, 0.f},      {1, 700, 2048, 4, 2, false, -0.41f},
-      {2, 100, 3000, 2, 1, false, 0.f},  // k8: the third warpgroup's rows lie past the last Q scale block
+  const Fp8Case cases[] = {
+      {64, 2, 333, 2900, 6, 1, false, 0.f}, {64, 1, 1000, 8200, 2, 1, true, 0.f}, {64, 1, 2900, 2100, 4, 4, true, 0.f},
+      {64, 1, 2100, 4500, 3, 3, true, 0.f}, {64, 3, 1, 2500, 8, 1, false, 0.f},    {64, 1, 700, 2048, 4, 2, false, -0.41f},
+      {64, 2, 100, 3000, 2, 1, false, 0.f},  // k8: the third warpgroup's rows lie past the last Q scale block
   };
   int ran = 0;
-  for (const auto& cs : cases) {
-    check::Config c;
-    c.kernel = GetParam();
-    check::use_kernel_inputs(&c, c.kernel);
-    c.head_dim = 64;
-    c.batch = cs.batch;
-    c.seqlen_q = cs.seqlen_q;
-    c.seqlen_k = cs.seqlen_k;
-    c.heads_q = cs.heads_q;
-    c.heads_kv = cs.heads_kv;
-    c.causal = cs.causal;
-    if (cs.scale != 0.f) c.softmax_scale = cs.scale;
-    FwdProblem shape;
-    shape.head_dim = 64;
-    shape.seqlen_k = cs.seqlen_k;
-    shape.causal = cs.causal;
-    shape.fp8_block_scales = c.fp8_block_scales;
-    ASSERT_EQ(k7::consumer_warpgroups(shape), 3) << "case " << ran << " no longer takes 192-row tiles";
+  for (const Fp8Case& cs : cases) {
+    const check::Config c = cs.config(GetParam());
+    ASSERT_EQ(k7::consumer_warpgroups(cs.tile_shape(c.fp8_block_scales)), 3)
+        << "case " << ran << " no longer takes 192-row tiles";
     expect_forward_pass(c, 61 + ran, 256);
     ++ran;
   }
