@@ -63,6 +63,9 @@ TEST(Sm90Layouts, KMajorBytesMatchesCuteForE4m3) {
   expect_same_byte_addresses<64, 192>();
   expect_same_byte_addresses<192, 128>();  // and its 192-key K and V tiles
   expect_same_byte_addresses<192, 64>();
+  expect_same_byte_addresses<128, 224>();  // a 224-key transposed V (32-byte swizzle; no kernel yet)
+  expect_same_byte_addresses<64, 224>();
+  expect_same_byte_addresses<224, 128>();
 }
 
 // The key renaming of the FP8 P V (fp8_pv.cuh): a permutation of each 16 keys, and the one that
@@ -169,6 +172,8 @@ TEST(Sm90Layouts, Fp8VTransposeEmulated) {
   expect_transpose_emulation<192, 128>();
   expect_transpose_emulation<192, 64>();
   expect_transpose_emulation<256, 64>();
+  expect_transpose_emulation<224, 128>();  // 32-byte swizzled destination rows (no kernel yet)
+  expect_transpose_emulation<224, 64>();
 }
 
 // K6's O staging computes chunk addresses as a row base XOR a constant (staged_output.cuh); each

@@ -76,7 +76,7 @@ __host__ __device__ constexpr int permuted_key_column(int key) {
 // the ldmatrix side reads 8 consecutive keys of one chunk: none either).
 template <int BlockN, int D>
 struct VTransposeUnits {
-  static_assert(BlockN % 64 == 0, "whole 64-byte swizzle atoms of transposed rows");
+  static_assert(BlockN % 32 == 0, "whole 32-byte swizzle atoms of transposed rows");
   static_assert(D % 32 == 0, "whole 32-channel units");
   using Src = KMajorBytes<BlockN, D>;
   using Dst = KMajorBytes<D, BlockN>;
@@ -94,7 +94,7 @@ struct VTransposeUnits {
     return 16 * (lane / 16) + 2 * (lane % 8) + ((lane / 8 % 2) ^ (lane % 8 >= 4 ? 1u : 0u));
   }
   __host__ __device__ static constexpr uint32_t swizzle(uint32_t r8, int atom_bytes) {
-    return atom_bytes == 128 ? r8 : r8 / 2;
+    return r8 / (1024 / (8 * atom_bytes));  // 128-byte atoms: r8; 64: r8 / 2; 32: r8 / 4
   }
 
   // Src::offset(16 key_group + load_key, 32 col_group + load_col) and

@@ -18,12 +18,14 @@
 namespace hfa::sm90 {
 
 // A (Rows, D) tile in swizzled K-major layout: 128-byte swizzle whenever a row has a multiple of
-// 128 bytes (every bf16/fp16 tile; fp8 from D = 128), else 64-byte (fp8 at D = 64). A ring of
+// 128 bytes (every bf16/fp16 tile; fp8 from D = 128), else 64-byte (fp8 at D = 64, a 192-key
+// transposed V) or 32-byte (a 224-key transposed V: not used by a kernel yet). A ring of
 // stages is Stages such tiles back to back (each 1024-byte aligned, as the swizzle requires).
 template <typename Element, int Rows, int D>
 using TileLayout = decltype(cute::tile_to_shape(
     std::conditional_t<(D * sizeof(Element)) % 128 == 0, cute::GMMA::Layout_K_SW128_Atom<Element>,
-                       cute::GMMA::Layout_K_SW64_Atom<Element>>{},
+                       std::conditional_t<(D * sizeof(Element)) % 64 == 0, cute::GMMA::Layout_K_SW64_Atom<Element>,
+                                          cute::GMMA::Layout_K_SW32_Atom<Element>>>{},
     cute::Shape<cute::Int<Rows>, cute::Int<D>>{}));
 
 // The (Cols, Rows) transposed view of a (Rows, Cols) TileLayout tile: element (c, r) is the tile's
@@ -37,18 +39,19 @@ using TransposedView = decltype(cute::composition(
 // Byte addressing of a TileLayout tile of 1-byte elements (Rows x RowBytes), for code that moves
 // it with plain loads and stores (k7's V transpose): the swizzle atom is 8 rows x 128 bytes
 // (RowBytes % 128 == 0; 16-byte chunk c of row r at chunk c ^ (r % 8)) or 8 rows x 64 bytes
-// (other multiples of 64, e.g. k7's 192-key transposed V; chunk c at c ^ ((r % 8) / 2)), as
+// (other multiples of 64, e.g. k7's 192-key transposed V; chunk c at c ^ ((r % 8) / 2)) or 8 rows
+// x 32 bytes (other multiples of 32, a 224-key transposed V; chunk c at c ^ ((r % 8) / 4)), as
 // TileLayout picks them; atoms stack down the rows first, then across.
 // A 4-byte word at a column that is a multiple of 4 never straddles a chunk. Tested against CuTe
 // in tests/cpu.
 template <int Rows, int RowBytes>
 struct KMajorBytes {
-  static_assert(RowBytes % 64 == 0, "no swizzle atom for this row length");
-  static constexpr int kAtomBytes = RowBytes % 128 == 0 ? 128 : 64;
+  static_assert(RowBytes % 32 == 0, "no swizzle atom for this row length");
+  static constexpr int kAtomBytes = RowBytes % 128 == 0 ? 128 : RowBytes % 64 == 0 ? 64 : 32;
   __host__ __device__ static constexpr int offset(int row, int col) {
     const int atom = row / 8 + (Rows / 8) * (col / kAtomBytes);
     const int r8 = row % 8, chunk = (col % kAtomBytes) / 16;
-    const int swizzled = kAtomBytes == 128 ? chunk ^ r8 : chunk ^ (r8 / 2);
+    const int swizzled = chunk ^ (r8 / (1024 / (8 * kAtomBytes)));  // r8, r8 / 2, r8 / 4
     return atom * 8 * kAtomBytes + r8 * kAtomBytes + swizzled * 16 + col % 16;
   }
 };
