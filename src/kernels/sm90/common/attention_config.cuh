@@ -153,31 +153,28 @@ __device__ __forceinline__ void store_output(const FwdProblem& p, const TO& o_rc
   }
 }
 
+// One round of quad_transpose, with the lane `lane_xor` away: a lane with `upper` set trades its
+// x values for the partner's y values, the other lane its y values for the partner's x values.
+__device__ __forceinline__ void quad_exchange(uint32_t& x0, uint32_t& y0, uint32_t& x1, uint32_t& y1,
+                                              bool upper, int lane_xor) {
+  uint32_t s0 = upper ? x0 : y0, s1 = upper ? x1 : y1;
+  s0 = __shfl_xor_sync(0xffffffffu, s0, lane_xor);
+  s1 = __shfl_xor_sync(0xffffffffu, s1, lane_xor);
+  if (upper) {
+    x0 = s0;
+    x1 = s1;
+  } else {
+    y0 = s0;
+    y1 = s1;
+  }
+}
+
 // The 4 x 4 transpose of 32-bit values across a quad (lanes 4k .. 4k + 3): lane q's a[j] becomes
-// lane j's a[q]. Two rounds of xor shuffles, each moving two values per lane.
+// lane j's a[q]. Two rounds: the 2 x 2 blocks' corners with the neighbouring lane, then the
+// blocks with the lane two away.
 __device__ __forceinline__ void quad_transpose(uint32_t (&a)[4], uint32_t quad) {
-  const bool odd = quad & 1, high = quad & 2;
-  uint32_t x0 = odd ? a[0] : a[1], x1 = odd ? a[2] : a[3];
-  x0 = __shfl_xor_sync(0xffffffffu, x0, 1);
-  x1 = __shfl_xor_sync(0xffffffffu, x1, 1);
-  if (odd) {
-    a[0] = x0;
-    a[2] = x1;
-  } else {
-    a[1] = x0;
-    a[3] = x1;
-  }
-  x0 = high ? a[0] : a[2];
-  x1 = high ? a[1] : a[3];
-  x0 = __shfl_xor_sync(0xffffffffu, x0, 2);
-  x1 = __shfl_xor_sync(0xffffffffu, x1, 2);
-  if (high) {
-    a[0] = x0;
-    a[1] = x1;
-  } else {
-    a[2] = x0;
-    a[3] = x1;
-  }
+  quad_exchange(a[0], a[1], a[2], a[3], quad & 1, 1);
+  quad_exchange(a[0], a[2], a[1], a[3], quad & 2, 2);
 }
 
 // The rows of a thread's (rows, cols) accumulator fragment, each times factor(r), to global memory
