@@ -131,6 +131,7 @@ struct K7Config {
   static constexpr int kBlockM = 64 * ConsumerWarpgroups, kBlockN = BlockN, kStages = stages(D);
   static constexpr int kHeadDim = D;
   static constexpr bool kStageO = false;
+  static constexpr bool kWaitPvAfterMax = wait_pv_after_max(D, BlockN);
   static constexpr int kConsumerThreads = 128 * ConsumerWarpgroups;
   static constexpr int kThreads = threads(ConsumerWarpgroups);
   using QLayout = sm90::TileLayout<E, kBlockM, D>;
@@ -151,6 +152,7 @@ struct K7Config {
     typename Pipeline::SharedStorage pipeline_k, pipeline_v, pipeline_vt;
     typename QPipeline::SharedStorage q_pipeline;
     int q_tile_coord[3];  // (m_block, head, batch) of the tile in q, published with it
+    uint8_t wait_order[kConsumerThreads];  // kWaitPvAfterMax: warpgroup_wait_after's slots
   };
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
 
@@ -271,7 +273,11 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     warpgroup_wait<1>();
     sm90::fence_after_wait(tSrS);
     softmax_of(tile, kv, ts);
-    warpgroup_wait<0>();
+    // P_{j-1} V_{j-1} must land before O is rescaled and P_j takes its registers. A bare wait is
+    // scheduled by ptxas ahead of the row max (wgmma.cuh: warpgroup_wait_after); tied to alpha
+    // (the row max's result) it lands late in the exponentials, which then overlap P V.
+    if constexpr (Config::kWaitPvAfterMax) sm90::warpgroup_wait_after<0>(alpha, &ss.wait_order[mma_thread]);
+    else warpgroup_wait<0>();
     sm90::fence_after_wait(tOrO, tOrP);
     Pipeline::consumer_release(ss.pipeline_vt, prev);
     softmax.rescale(o_rc, alpha);

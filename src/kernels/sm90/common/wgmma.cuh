@@ -39,6 +39,28 @@ __device__ __forceinline__ void fence_after_wait(Fragments&... fragments) {
   (cute::warpgroup_fence_operand(fragments), ...);
 }
 
+// cute::warpgroup_wait<N>, but not before `after` has been computed. ptxas schedules a bare
+// WARPGROUP.DEPBAR as early as nothing orders it: at the top of its basic block, ahead of
+// arithmetic that comes before it in the source but does not touch the WGMMAs' registers. In
+// K7's loop that put the wait for the previous tile's P V ahead of the whole softmax that was
+// meant to run while P V does (SASS of 00f5fb0; ncu: 8% of the consumers' time on that wait).
+// A predicated wait would carry the dependence, but ptxas then serializes every WGMMA (C7518).
+// So each thread stores a byte derived from `after` to its own `slot` in shared memory (nothing
+// reads it) just before the wait: ptxas keeps the wait after the store, and the store after the
+// values it stores. Where the wait then lands is still ptxas's choice (K7, on the row max's
+// alpha: late in the exponentials); on values computed last it can cost more than it saves
+// (K7 on the row sums measured 2-5% slower than the bare wait: WORKLOG, K7 fifth pass).
+template <int N, int K>
+__device__ __forceinline__ void warpgroup_wait_after(const float (&after)[K], uint8_t* slot) {
+  uint32_t bits = 0;
+  CUTE_UNROLL
+  for (int k = 0; k < K; ++k) bits ^= __float_as_uint(after[k]);
+  asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(slot))),
+               "r"(bits)
+               : "memory");
+  cute::warpgroup_wait<N>();
+}
+
 // C (+)= A B, issued and waited for before returning.
 template <bool kZeroInit, bool kRegisterA = false, class TiledMma, class TA, class TB, class TC>
 __device__ __forceinline__ void warpgroup_gemm(TiledMma& mma, TA& a, TB const& b, TC& c) {
