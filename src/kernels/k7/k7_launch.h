@@ -33,8 +33,8 @@ constexpr bool ping_pong(int head_dim) { return head_dim >= 128; }
 // Where a consumer waits for the previous tile's P V in its loop (k7_kernel.cuh): after its row
 // max (sm90::warpgroup_wait_after), so that the exponentials overlap P V, or with a bare wait,
 // which ptxas schedules before the row max. Measured (H200, same call, every head dim; WORKLOG,
-// K7 fifth pass): after the max +2-5% at d = 64 and 256 and on d = 128's 192-key tiles; on its
-// 128-key tiles (d = 128 rows under 2k keys) the bare wait is 1.5-3% faster.
+// K7 fifth pass): after the max +1-5% at d = 64, +0.4-2.7% at d = 256, +2-4.6% on d = 128's
+// 192-key tiles; on its 128-key tiles (d = 128 rows under 2k keys) the bare wait is up to 3% faster.
 constexpr bool wait_pv_after_max(int head_dim, int block_n) { return !(head_dim == 128 && block_n == 128); }
 
 // Wide tiles where they measured faster than 128 keys (WORKLOG, K7 third pass; A/B on the sweep,
