@@ -177,81 +177,72 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&a)[4], uint32_t quad) 
   quad_exchange(a[0], a[2], a[1], a[3], quad & 2, 2);
 }
 
-// The rows of a thread's (rows, cols) accumulator fragment, each times factor(r), to global memory
-// as a 2-byte T in 16-byte pieces; dst points at the tile's row 0, column 0 (16-byte aligned, as
-// are its rows: the sm90 checks require it of every output), rows at or past row_limit are
-// dropped. A quad's four threads share their rows and hold column pairs 2q, 2q + 1 of every
-// 8-column block; a quad_transpose per 4 blocks hands thread q block q's 8 columns, so each row
-// goes out in 16-byte pieces instead of 4-byte ones (whose 32-byte sectors the L2 saw
-// half-written twice: ncu's "uncoalesced global accesses"; k7's epilogue at d = 256, s = 512
-// spent a third of its consumers' time in that store queue). Every lane of the warp must call it:
-// the shuffles run for dropped rows too (each quad's rows differ; the mask is the whole warp),
-// only their stores are skipped.
-template <typename T, class TA, class TC, class RowFactor>
-__device__ __forceinline__ void store_fragment_rows_16B(T* dst, int64_t row_stride, const TA& acc_rc,
-                                                        const TC& coord_rc, int row_limit,
-                                                        const RowFactor& factor) {
+// One row r of a thread's (rows, cols) accumulator fragment, times f, to global memory as a
+// 2-byte T in 16-byte pieces (store_fragment_rows_16B, store_output_16B): a quad's four threads
+// share the row and hold column pairs 2q, 2q + 1 of every 8-column block; a quad_transpose per 4
+// blocks hands thread q block q's 8 columns. out: the row at the thread's first piece (column
+// col0 - 2q + 8q, col0 = the thread's first column, 2q). Every lane of the warp must call it (the
+// shuffles); only rows in_range are stored.
+template <typename T, class TA, class TC>
+__device__ __forceinline__ void store_row_pieces_16B(T* out, const TA& acc_rc, const TC& coord_rc, int r,
+                                                     float f, int col0, uint32_t quad, bool in_range) {
   using namespace cute;
   static_assert(sizeof(T) == 2, "two-byte outputs: 8 columns per 16 bytes");
   constexpr int kCols = decltype(size<1>(acc_rc))::value;
   static_assert(kCols % 8 == 0, "whole groups of four 8-column blocks");
-  const uint32_t quad = threadIdx.x % 4;
-  const int col0 = get<1>(coord_rc(0, 0));  // 2 quad: the quad's first block starts at col0 - 2 quad
-  T* base = dst + (col0 - 2 * static_cast<int>(quad)) + 8 * quad;
   CUTE_UNROLL
-  for (int r = 0; r < size<0>(acc_rc); ++r) {
-    const int row = get<0>(coord_rc(r, 0));
-    const bool in_range = row < row_limit;
-    T* out = base + int64_t(in_range ? row : 0) * row_stride;
-    const float f = factor(r);
+  for (int g = 0; g < kCols / 8; ++g) {
+    uint32_t a[4];
     CUTE_UNROLL
-    for (int g = 0; g < kCols / 8; ++g) {
-      uint32_t a[4];
-      CUTE_UNROLL
-      for (int j = 0; j < 4; ++j) {
-        T pair[2] = {from_float<T>(acc_rc(r, 8 * g + 2 * j) * f), from_float<T>(acc_rc(r, 8 * g + 2 * j + 1) * f)};
-        a[j] = *reinterpret_cast<uint32_t*>(pair);
-      }
-      quad_transpose(a, quad);
-      const int dc = get<1>(coord_rc(r, 8 * g)) - col0;  // 32 g: a constant once unrolled
-      if (in_range) *reinterpret_cast<uint4*>(out + dc) = make_uint4(a[0], a[1], a[2], a[3]);
+    for (int j = 0; j < 4; ++j) {
+      T pair[2] = {from_float<T>(acc_rc(r, 8 * g + 2 * j) * f), from_float<T>(acc_rc(r, 8 * g + 2 * j + 1) * f)};
+      a[j] = *reinterpret_cast<uint32_t*>(pair);
     }
+    quad_transpose(a, quad);
+    const int dc = get<1>(coord_rc(r, 8 * g)) - col0;  // 32 g: a constant once unrolled
+    if (in_range) *reinterpret_cast<uint4*>(out + dc) = make_uint4(a[0], a[1], a[2], a[3]);
   }
 }
 
-// store_output in 16-byte pieces, as store_fragment_rows_16B, with each row's LSE stored in the
-// same loop. (Written out rather than calling store_fragment_rows_16B: that form, with the LSE in
-// a loop of its own, compiled to a differently scheduled epilogue that measured 3-4% slower at
-// d = 128, s <= 1k in one H200 run; this one is the build behind PERFORMANCE's FP8 numbers.)
+// The rows of a thread's (rows, cols) accumulator fragment, each times factor(r), to global memory
+// as a 2-byte T in 16-byte pieces (store_row_pieces_16B); dst points at the tile's row 0, column 0
+// (16-byte aligned, as are its rows: the sm90 checks require it of every output), rows at or past
+// row_limit are dropped. 16-byte pieces instead of 4-byte ones, whose 32-byte sectors the L2 saw
+// half-written twice (ncu's "uncoalesced global accesses"; k7's epilogue at d = 256, s = 512 spent
+// a third of its consumers' time in that store queue). Every lane of the warp must call it: the
+// shuffles run for dropped rows too (each quad's rows differ; the mask is the whole warp).
+template <typename T, class TA, class TC, class RowFactor>
+__device__ __forceinline__ void store_fragment_rows_16B(T* dst, int64_t row_stride, const TA& acc_rc,
+                                                        const TC& coord_rc, int row_limit,
+                                                        const RowFactor& factor) {
+  const uint32_t quad = threadIdx.x % 4;
+  const int col0 = cute::get<1>(coord_rc(0, 0));
+  T* base = dst + (col0 - 2 * static_cast<int>(quad)) + 8 * quad;
+  CUTE_UNROLL
+  for (int r = 0; r < cute::size<0>(acc_rc); ++r) {
+    const int row = cute::get<0>(coord_rc(r, 0));
+    const bool in_range = row < row_limit;
+    store_row_pieces_16B<T>(base + int64_t(in_range ? row : 0) * row_stride, acc_rc, coord_rc, r,
+                            factor(r), col0, quad, in_range);
+  }
+}
+
+// store_output in 16-byte pieces (store_row_pieces_16B), with each row's LSE stored in the same
+// loop. (Not store_fragment_rows_16B with the LSE in a loop of its own: that form compiled to a
+// differently scheduled epilogue that measured 3-4% slower at d = 128, s <= 1k in one H200 run.)
 template <typename T, class TO, class TC>
 __device__ __forceinline__ void store_output_16B(const FwdProblem& p, const TO& o_rc,
                                                  const float* row_factor, const TC& coord_rc,
                                                  const float* lse, int b, int h, int q0) {
-  using namespace cute;
-  static_assert(sizeof(T) == 2, "two-byte outputs: 8 columns per 16 bytes");
-  constexpr int kCols = decltype(size<1>(o_rc))::value;
-  static_assert(kCols % 8 == 0, "whole groups of four 8-column blocks");
   const uint32_t quad = threadIdx.x % 4;
-  const int col0 = get<1>(coord_rc(0, 0));  // 2 quad: the quad's first block starts at col0 - 2 quad
+  const int col0 = cute::get<1>(coord_rc(0, 0));
   T* o = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + (col0 - 2 * quad) + 8 * quad;
   CUTE_UNROLL
-  for (int r = 0; r < size<0>(o_rc); ++r) {
-    const int qi = q0 + get<0>(coord_rc(r, 0));
+  for (int r = 0; r < cute::size<0>(o_rc); ++r) {
+    const int qi = q0 + cute::get<0>(coord_rc(r, 0));
     const bool in_range = qi < p.seqlen_q;
-    T* orow = o + int64_t(in_range ? qi : 0) * p.o_row_stride;
-    CUTE_UNROLL
-    for (int g = 0; g < kCols / 8; ++g) {
-      uint32_t a[4];
-      CUTE_UNROLL
-      for (int j = 0; j < 4; ++j) {
-        T pair[2] = {from_float<T>(o_rc(r, 8 * g + 2 * j) * row_factor[r]),
-                     from_float<T>(o_rc(r, 8 * g + 2 * j + 1) * row_factor[r])};
-        a[j] = *reinterpret_cast<uint32_t*>(pair);
-      }
-      quad_transpose(a, quad);
-      const int dc = get<1>(coord_rc(r, 8 * g)) - col0;  // 32 g: a constant once unrolled
-      if (in_range) *reinterpret_cast<uint4*>(orow + dc) = make_uint4(a[0], a[1], a[2], a[3]);
-    }
+    store_row_pieces_16B<T>(o + int64_t(in_range ? qi : 0) * p.o_row_stride, o_rc, coord_rc, r,
+                            row_factor[r], col0, quad, in_range);
     if (in_range && p.lse && quad == 0)
       p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + qi * p.lse_row_stride] = lse[r];
   }
