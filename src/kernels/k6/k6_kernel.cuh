@@ -134,6 +134,12 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   // d = 64's 128-row tiles it lost up to 8%, at d = 256 (against the lazy rescale) up to 4.5% at
   // long causal lengths (docs/WORKLOG.md, K6 ninth pass).
   constexpr bool kSpeculativeMax = D == 128 || (D == 64 && Config::kConsumerWarpgroups == 3);
+  // The ordinary update's wait for P_{j-1} V_{j-1} after the row max (sm90::warpgroup_wait_after;
+  // a bare wait, ptxas issues before it, leaving no overlap): at d = 64 (its 128-row tiles, causal
+  // rows under 2k keys) +1-1.6%; at d = 256 up to 1.8% slower (H100, same call, two rounds;
+  // WORKLOG, K7 sixth pass). d = 128 keeps the speculative update: the ordinary one with this
+  // wait measured 5% slower there.
+  constexpr bool kWaitPvAfterMax = D == 64;
   sm90::OnlineSoftmax<kRows, kFoldScale, kLazyRescale> softmax(scale_log2);
   float alpha[kRows];
   clear(tOrO);
@@ -220,7 +226,8 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
         softmax.update_speculative(s_rc, p_rc, o_rc);
       } else {
         softmax_of(tile, kv, masked);
-        warpgroup_wait<0>();
+        if constexpr (kWaitPvAfterMax) sm90::warpgroup_wait_after<0>(alpha, &ss.wait_order[mma_thread]);
+        else warpgroup_wait<0>();
         sm90::fence_after_wait(tOrO, tOrP);
       }
     } else {  // one GEMM at a time: P_{j-1} V_{j-1}, then S_j, then the softmax

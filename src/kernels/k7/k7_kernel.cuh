@@ -132,6 +132,7 @@ struct K7Config {
   static constexpr int kHeadDim = D;
   static constexpr bool kStageO = false;
   static constexpr bool kWaitPvAfterMax = wait_pv_after_max(D, BlockN);
+  static constexpr bool kBroadcastTileCoord = broadcast_tile_coord(D, BlockN);
   static constexpr int kConsumerThreads = 128 * ConsumerWarpgroups;
   static constexpr int kThreads = threads(ConsumerWarpgroups);
   using QLayout = sm90::TileLayout<E, kBlockM, D>;
@@ -181,7 +182,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
   const FwdProblem& p = params.problem;
   QPipeline::consumer_wait(ss.q_pipeline, q);
-  const sm90::BlockCoord bc = sm90::published_tile(ss.q_tile_coord);
+  const sm90::BlockCoord bc = sm90::published_tile<Config::kBroadcastTileCoord>(ss.q_tile_coord);
   const int q0 = bc.m_block * kBlockM;
   const sm90::KvRange range = sm90::AttentionMask::range(p, q0, kBlockM, kBlockN);
   const sm90::AttentionMask mask(p);

@@ -36,6 +36,12 @@ constexpr bool ping_pong(int head_dim) { return head_dim >= 128; }
 // K7 fifth pass): after the max +1-5% at d = 64, +0.4-2.7% at d = 256, +2-4.6% on d = 128's
 // 192-key tiles; on its 128-key tiles (d = 128 rows under 2k keys) the bare wait is up to 3% faster.
 constexpr bool wait_pv_after_max(int head_dim, int block_n) { return !(head_dim == 128 && block_n == 128); }
+// Whether the consumers take their tile's coordinates from lane 0 (sm90::published_tile): measured
+// (H100, same call, two rounds; WORKLOG, K7 sixth pass) +2-5% at d = 64 (every row), +0.5-5% on
+// d = 128's 128-key tiles; -0.2-1.5% on its 192-key tiles and at d = 256 -3% at 512 keys, +1% at 16k.
+constexpr bool broadcast_tile_coord(int head_dim, int block_n) {
+  return head_dim == 64 || (head_dim == 128 && block_n == 128);
+}
 
 // Wide tiles where they measured faster than 128 keys (WORKLOG, K7 third pass; A/B on the sweep,
 // H100, same runs): d = 128, 192 keys: +4-7% from 2k keys, causal from 4k (+1-6%; -3% at 2k).

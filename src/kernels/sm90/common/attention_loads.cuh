@@ -56,8 +56,17 @@ __device__ void load_q_stage_of(typename QPipeline::SharedStorage& q_pipeline,
                                                 coord[2] = bc.batch;
                                               }, row_offset);
 }
-// The coordinates load_q_stage_of published (after the wait on the Q stage).
+// The coordinates load_q_stage_of published (after the wait on the Q stage). kFromLaneZero: each
+// warp takes them from its lane 0 (three shuffles), so ptxas can prove them warp-uniform and keeps
+// what derives from them (the KV loop's bounds, the ring's stage indices, the shared-memory
+// descriptors' offsets) in uniform registers instead of moving it there (R2UR) at every use: in
+// k7 d = 128's 192-key loop R2UR 28 -> 8 and VIADD 65 -> 52 per tile. Which kernels take it is
+// their policy (k7_launch.h: broadcast_tile_coord); k6 measured the same either way.
+template <bool kFromLaneZero = false>
 __device__ __forceinline__ BlockCoord published_tile(const int (&coord)[3]) {
+  if constexpr (kFromLaneZero)
+    return BlockCoord{__shfl_sync(0xffffffffu, coord[0], 0), __shfl_sync(0xffffffffu, coord[1], 0),
+                      __shfl_sync(0xffffffffu, coord[2], 0)};
   return BlockCoord{coord[0], coord[1], coord[2]};
 }
 // A dynamically scheduled kernel's last Q stage carries no tile but this marker (m_block -1).
