@@ -8,12 +8,14 @@
 #include <tuple>
 
 #include "kernels/sm90/common/tile_scheduler.cuh"
+#include "kernels/sm90/common/varlen_scheduler.cuh"
 
 namespace {
 
 using hfa::FwdProblem;
 using hfa::sm90::BlockCoord;
 using hfa::sm90::PersistentTileScheduler;
+using hfa::sm90::VarlenTileScheduler;
 
 FwdProblem problem(int batch, int heads, int seqlen) {
   FwdProblem p;
@@ -122,6 +124,97 @@ TEST(PersistentTileScheduler, GroupSize) {
   EXPECT_EQ(PersistentTileScheduler::group_size(gqa, 128, 2, 24LL << 20, 132), 64);
   gqa.seqlen_q = gqa.seqlen_k = 16384;
   EXPECT_EQ(PersistentTileScheduler::group_size(gqa, 128, 2, 24LL << 20, 132), 24);
+}
+
+// A plan as plan_varlen_tiles writes it (varlen_scheduler.cuh), for sequences of `q_tiles` Q
+// tiles each, ranked in `rank_order`: the entries of each sequence consecutive, last tile first;
+// each sequence's first entry in the scratch after the entries; entries past `capacity` dropped.
+struct HostPlan {
+  FwdProblem p;
+  std::vector<int> ints;
+};
+HostPlan make_plan(const std::vector<int>& q_tiles, const std::vector<int>& rank_order, int heads,
+                   bool causal, int capacity = -1) {
+  HostPlan h;
+  h.p.batch = static_cast<int>(q_tiles.size());
+  h.p.heads_q = h.p.heads_kv = heads;
+  h.p.causal = causal;
+  for (int t : q_tiles) h.p.total_q += t * 128;
+  const size_t cap = hfa::sm90::varlen_plan_entries(h.p, 128);
+  h.ints.assign(hfa::sm90::varlen_plan_ints(h.p, 128), -7);
+  const int limit = capacity >= 0 ? capacity : static_cast<int>(cap);
+  int* first_entry = h.ints.data() + 2 + 2 * cap + h.p.batch;
+  int next = 0;
+  for (int b : rank_order) {
+    first_entry[b] = next;
+    for (int m = 0; m < q_tiles[b]; ++m) {
+      const int at = next + (q_tiles[b] - 1 - m);
+      if (at >= limit) continue;
+      h.ints[2 + 2 * at] = b;
+      h.ints[3 + 2 * at] = m;
+    }
+    next += q_tiles[b];
+  }
+  h.ints[0] = std::min(next, limit);
+  h.ints[1] = 0;
+  return h;
+}
+
+// Every (batch, Q tile, head) of the plan's entries exactly once; returns the coordinates in order.
+std::vector<BlockCoord> expect_each_pair_once(HostPlan& h, const std::vector<int>& q_tiles) {
+  const VarlenTileScheduler s(h.ints.data(), h.p, 128);
+  EXPECT_EQ(s.tiles(), h.ints[0] * h.p.heads_q);
+  std::set<std::tuple<int, int, int>> seen;
+  std::vector<BlockCoord> order;
+  for (int idx = 0; idx < s.tiles(); ++idx) {
+    const BlockCoord c = s.block_coord(idx);
+    EXPECT_TRUE(c.batch >= 0 && c.batch < h.p.batch && c.head >= 0 && c.head < h.p.heads_q &&
+                c.m_block >= 0 && c.m_block < q_tiles[c.batch])
+        << "idx " << idx;
+    EXPECT_TRUE(seen.insert({c.batch, c.m_block, c.head}).second) << "idx " << idx << " twice";
+    order.push_back(c);
+  }
+  return order;
+}
+
+TEST(VarlenTileScheduler, CausalTakesTheHeadsOfAnEntryTogether) {
+  const std::vector<int> tiles = {3, 1, 5, 2};
+  HostPlan h = make_plan(tiles, {2, 0, 3, 1}, 4, /*causal=*/true);
+  const std::vector<BlockCoord> order = expect_each_pair_once(h, tiles);
+  ASSERT_EQ(order.size(), 11u * 4);
+  for (size_t i = 0; i < order.size(); ++i) {  // entry-major: heads 0..3 of each entry in turn
+    EXPECT_EQ(order[i].head, static_cast<int>(i % 4)) << i;
+    if (i % 4) EXPECT_EQ(order[i].m_block, order[i - 1].m_block) << i;
+  }
+  EXPECT_EQ(order[0].batch, 2);  // the first-ranked sequence, its last Q tile first
+  EXPECT_EQ(order[0].m_block, 4);
+}
+
+TEST(VarlenTileScheduler, NonCausalTakesEachHeadsTilesTogether) {
+  const std::vector<int> tiles = {3, 1, 5, 2};
+  HostPlan h = make_plan(tiles, {2, 0, 3, 1}, 4, /*causal=*/false);
+  const std::vector<BlockCoord> order = expect_each_pair_once(h, tiles);
+  ASSERT_EQ(order.size(), 11u * 4);
+  // Sequence by sequence in rank order; within one, head by head, each head's Q tiles last to first.
+  size_t i = 0;
+  for (int b : {2, 0, 3, 1})
+    for (int head = 0; head < 4; ++head)
+      for (int m = tiles[b] - 1; m >= 0; --m, ++i) {
+        EXPECT_EQ(order[i].batch, b) << i;
+        EXPECT_EQ(order[i].head, head) << i;
+        EXPECT_EQ(order[i].m_block, m) << i;
+      }
+}
+
+TEST(VarlenTileScheduler, ACutPlanStillMapsEachEntryOnce) {
+  // Capacity 7 of 11 entries (overlapping device cu_seqlens): sequence 0's stretch is cut after
+  // its first two entries; it keeps the entry-major order, the whole sequences before it do not.
+  const std::vector<int> tiles = {3, 1, 5, 2};
+  HostPlan h = make_plan(tiles, {2, 0, 3, 1}, 4, /*causal=*/false, /*capacity=*/7);
+  const std::vector<BlockCoord> order = expect_each_pair_once(h, tiles);
+  ASSERT_EQ(order.size(), 7u * 4);
+  for (size_t i = 0; i < 20; ++i) EXPECT_EQ(order[i].head, static_cast<int>(i / 5)) << i;
+  for (size_t i = 20; i < 28; ++i) EXPECT_EQ(order[i].head, static_cast<int>(i % 4)) << i;
 }
 
 }  // namespace

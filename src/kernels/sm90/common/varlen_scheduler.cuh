@@ -132,23 +132,47 @@ __global__ void __launch_bounds__(kVarlenPlanThreads)
   }
 }
 
-// The main kernel's side: the plan's (entry, head) pairs, the heads of one entry consecutive (they
-// share the sequence's rows: GQA's query heads also its K/V), taken one at a time by whichever
-// CTA's producer asks next (fetch: the plan's counter).
+// The main kernel's side: the plan's (entry, head) pairs, taken one at a time by whichever CTA's
+// producer asks next (fetch: the plan's counter), in one of two orders within each sequence's
+// stretch of pair indices [first entry * heads, (first entry + tiles) * heads):
+//  - causal (entry-major): the heads of one entry consecutive, so the longest Q tiles of every
+//    head come first and the rounds stay balanced; the heads' K/V prefixes are shared through L2
+//    by the CTAs of the same entry (GQA's query heads also share the KV head).
+//  - otherwise (head-major): each (sequence, head)'s Q tiles consecutive, as the dense order has
+//    them (PersistentTileScheduler, group 1): its tiles are equal work, and a round of CTAs then
+//    reads one or two heads' K/V, from L2, instead of every head's (entry-major at one sequence of
+//    16k keys and 16 heads: 128 MB of K/V per round of 132 tiles, read from DRAM each round).
+// Both map the same pairs, each once. A sequence whose entries were cut by the plan's capacity
+// (device cu_seqlens that overlap; plan_varlen_tiles) keeps the entry-major order.
 struct VarlenTileScheduler {
   const int* plan;
+  const int* first_entry;  // the plan's scratch: sequence -> its first entry
   int* counter;
-  int heads, tile_count;
+  int heads, entries, tile_count;
+  bool head_major;
 
-  __device__ VarlenTileScheduler(int* plan_, int heads_)
-      : plan(plan_), counter(plan_ + 1), heads(heads_), tile_count(plan_[0] * heads_) {}
+  __host__ __device__ VarlenTileScheduler(int* plan_, const FwdProblem& p, int block_m)
+      : plan(plan_), first_entry(plan_ + 2 + 2 * varlen_plan_entries(p, block_m) + p.batch),
+        counter(plan_ + 1), heads(p.heads_q), entries(plan_[0]), tile_count(plan_[0] * p.heads_q),
+        head_major(!p.causal) {}
 
-  __device__ int tiles() const { return tile_count; }
+  __host__ __device__ int tiles() const { return tile_count; }
   // The next pair's index (>= tiles(): none left). One thread per CTA asks.
   __device__ int fetch() const { return atomicAdd(counter, 1); }
-  __device__ BlockCoord block_coord(int idx) const {
-    const int entry = idx / heads;
-    return BlockCoord{plan[3 + 2 * entry], idx - entry * heads, plan[2 + 2 * entry]};
+  __host__ __device__ BlockCoord block_coord(int idx) const {
+    int entry = idx / heads, head = idx - entry * heads;
+    if (head_major) {
+      // entry lies in the stretch of its sequence b; its first entry holds the last Q tile.
+      const int b = plan[2 + 2 * entry];
+      const int first = first_entry[b];
+      const int tiles = plan[3 + 2 * first] + 1;
+      if (first + tiles <= entries) {
+        const int r = idx - first * heads;
+        head = r / tiles;
+        entry = first + (r - head * tiles);
+      }
+    }
+    return BlockCoord{plan[3 + 2 * entry], head, plan[2 + 2 * entry]};
   }
 };
 
