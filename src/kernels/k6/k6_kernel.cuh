@@ -65,7 +65,10 @@ namespace hfa::k6 {
 
 // A producer warpgroup and 2 or 3 consumer warpgroups (k6_launch.h: wide_q_tile). Registers
 // per thread after setmaxnreg: 128 x 24 + 256 x 240 = 64512 (two consumer warpgroups, as K5) or
-// 128 x 24 + 384 x 160 = 64512 (three) of the SM's 65536.
+// 128 x 24 + 384 x 160 = 64512 (three) of the SM's 65536. setmaxnreg only moves registers within
+// the CTA's launch allocation (384 threads x 168 = 64512 with two consumer warpgroups), so a
+// larger split never completes: with the producer at 32 the consumers' increase to 240 waited
+// forever (WORKLOG, session 28).
 constexpr int threads(int consumer_warpgroups) { return 128 * (1 + consumer_warpgroups); }
 constexpr int kProducerRegisters = 24;
 constexpr int consumer_registers(int consumer_warpgroups) {
