@@ -139,7 +139,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   constexpr bool kSpeculativeMax = D == 128 || (D == 64 && Config::kConsumerWarpgroups == 3);
   // The ordinary update's wait for P_{j-1} V_{j-1} after the row max (sm90::warpgroup_wait_after;
   // a bare wait, ptxas issues before it, leaving no overlap): at d = 64 (its 128-row tiles, causal
-  // rows under 2k keys) +1-1.6%; at d = 256 up to 1.8% slower (H100, same call, two rounds;
+  // rows under 2k keys) +1-1.8%; at d = 256 up to 1.9% slower (H100, two calls of two rounds;
   // WORKLOG, K7 sixth pass). d = 128 keeps the speculative update: the ordinary one with this
   // wait measured 5% slower there.
   constexpr bool kWaitPvAfterMax = D == 64;

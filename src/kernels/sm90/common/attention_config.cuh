@@ -92,7 +92,7 @@ struct AttentionConfig {
     typename Pipeline::SharedStorage pipeline_v;  // K6: V's own barriers (unused by K4/K5)
     typename QPipeline::SharedStorage q_pipeline;
     int q_tile_coord[3];  // K6: (m_block, head, batch) of the tile in q, published with it
-    uint8_t wait_order[kConsumerThreads];  // K6: warpgroup_wait_after's slots (wgmma.cuh)
+    uint8_t wait_order[kConsumerThreads];  // K6 at d = 64: warpgroup_wait_after's slots (wgmma.cuh)
     OutputStaging<E, Output == OutputPath::kOwnTiles ? kBlockM * D : 0> o_staging;
   };
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
