@@ -321,8 +321,11 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
   const FwdProblem& p = params.problem;
   using Scheduler = std::conditional_t<kVarlen, sm90::VarlenTileScheduler, sm90::PersistentTileScheduler>;
   const Scheduler scheduler = [&] {
-    if constexpr (kVarlen) return Scheduler(params.tile_plan, p, Config::kBlockM);
-    else return Scheduler(p, Config::kBlockM, params.tile_group);
+    if constexpr (kVarlen) {
+      return Scheduler(params.tile_plan, p, Config::kBlockM, params.tile_group);
+    } else {
+      return Scheduler(p, Config::kBlockM, params.tile_group);
+    }
   }();
   if (threadIdx.x == 0) {
     Pipeline::init(ss.pipeline, Config::kConsumerThreads);

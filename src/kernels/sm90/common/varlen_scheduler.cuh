@@ -133,43 +133,50 @@ __global__ void __launch_bounds__(kVarlenPlanThreads)
 }
 
 // The main kernel's side: the plan's (entry, head) pairs, taken one at a time by whichever CTA's
-// producer asks next (fetch: the plan's counter), in one of two orders within each sequence's
-// stretch of pair indices [first entry * heads, (first entry + tiles) * heads):
-//  - causal (entry-major): the heads of one entry consecutive, so the longest Q tiles of every
-//    head come first and the rounds stay balanced; the heads' K/V prefixes are shared through L2
-//    by the CTAs of the same entry (GQA's query heads also share the KV head).
-//  - otherwise (head-major): each (sequence, head)'s Q tiles consecutive, as the dense order has
-//    them (PersistentTileScheduler, group 1): its tiles are equal work, and a round of CTAs then
-//    reads one or two heads' K/V, from L2, instead of every head's (entry-major at one sequence of
-//    16k keys and 16 heads: 128 MB of K/V per round of 132 tiles, read from DRAM each round).
-// Both map the same pairs, each once. A sequence whose entries were cut by the plan's capacity
-// (device cu_seqlens that overlap; plan_varlen_tiles) keeps the entry-major order.
+// producer asks next (fetch: the plan's counter). Within each sequence's stretch of pair indices
+// [first entry * heads, (first entry + tiles) * heads) the heads go in groups of
+// `heads_per_group` (varlen_heads_per_group, tile_scheduler.cuh), one group after another; in a
+// group, entry by entry (the sequence's Q tiles from its last), the group's heads of one entry
+// consecutive. So:
+//  - without the causal mask, groups of one head: each (sequence, head)'s Q tiles together, as the
+//    dense order has them (its tiles are equal work); a round of CTAs reads one or two heads' K/V,
+//    from L2. (All heads of an entry together, as before: at one sequence of 16k keys and 16 heads
+//    a round of 132 tiles covered ~8 Q tiles of every head, 128 MB of K/V, more than L2 holds.)
+//  - with it, groups of as many heads as keep their K/V within the L2 budget: the longest Q tiles
+//    of the group first, for balance (the dynamic assignment evens out the rest), while the CTAs
+//    working at one time share the group's K/V through L2.
+// A sequence whose entries were cut by the plan's capacity (device cu_seqlens that overlap;
+// plan_varlen_tiles) keeps one group of every head.
 struct VarlenTileScheduler {
   const int* plan;
   const int* first_entry;  // the plan's scratch: sequence -> its first entry
   int* counter;
-  int heads, entries, tile_count;
-  bool head_major;
+  int heads, entries, tile_count, heads_per_group;
 
-  __host__ __device__ VarlenTileScheduler(int* plan_, const FwdProblem& p, int block_m)
+  __host__ __device__ VarlenTileScheduler(int* plan_, const FwdProblem& p, int block_m,
+                                          int heads_per_group_)
       : plan(plan_), first_entry(plan_ + 2 + 2 * varlen_plan_entries(p, block_m) + p.batch),
         counter(plan_ + 1), heads(p.heads_q), entries(plan_[0]), tile_count(plan_[0] * p.heads_q),
-        head_major(!p.causal) {}
+        heads_per_group(heads_per_group_ < 1 ? 1 : heads_per_group_) {}
 
   __host__ __device__ int tiles() const { return tile_count; }
   // The next pair's index (>= tiles(): none left). One thread per CTA asks.
   __device__ int fetch() const { return atomicAdd(counter, 1); }
   __host__ __device__ BlockCoord block_coord(int idx) const {
     int entry = idx / heads, head = idx - entry * heads;
-    if (head_major) {
+    if (heads_per_group < heads) {
       // entry lies in the stretch of its sequence b; its first entry holds the last Q tile.
       const int b = plan[2 + 2 * entry];
       const int first = first_entry[b];
       const int tiles = plan[3 + 2 * first] + 1;
       if (first + tiles <= entries) {
-        const int r = idx - first * heads;
-        head = r / tiles;
-        entry = first + (r - head * tiles);
+        const int r = idx - first * heads, group_span = tiles * heads_per_group;
+        const int g = r / group_span, in_group = r - g * group_span;
+        const int left = heads - g * heads_per_group;
+        const int heads_here = heads_per_group < left ? heads_per_group : left;  // the last: fewer
+        const int step = in_group / heads_here;
+        entry = first + step;
+        head = g * heads_per_group + (in_group - step * heads_here);
       }
     }
     return BlockCoord{plan[3 + 2 * entry], head, plan[2 + 2 * entry]};
