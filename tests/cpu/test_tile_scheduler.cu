@@ -8,12 +8,14 @@
 #include <tuple>
 
 #include "kernels/sm90/common/tile_scheduler.cuh"
+#include "kernels/sm90/common/varlen_scheduler.cuh"
 
 namespace {
 
 using hfa::FwdProblem;
 using hfa::sm90::BlockCoord;
 using hfa::sm90::PersistentTileScheduler;
+using hfa::sm90::VarlenTileScheduler;
 
 FwdProblem problem(int batch, int heads, int seqlen) {
   FwdProblem p;
@@ -122,6 +124,121 @@ TEST(PersistentTileScheduler, GroupSize) {
   EXPECT_EQ(PersistentTileScheduler::group_size(gqa, 128, 2, 24LL << 20, 132), 64);
   gqa.seqlen_q = gqa.seqlen_k = 16384;
   EXPECT_EQ(PersistentTileScheduler::group_size(gqa, 128, 2, 24LL << 20, 132), 24);
+}
+
+// A plan as plan_varlen_tiles writes it (varlen_scheduler.cuh), for sequences of `q_tiles` Q
+// tiles each, ranked in `rank_order`: the entries of each sequence consecutive, last tile first;
+// each sequence's first entry in the scratch after the entries; entries past `capacity` dropped.
+struct HostPlan {
+  FwdProblem p;
+  std::vector<int> ints;
+};
+HostPlan make_plan(const std::vector<int>& q_tiles, const std::vector<int>& rank_order, int heads,
+                   int capacity = -1) {
+  HostPlan h;
+  h.p.batch = static_cast<int>(q_tiles.size());
+  h.p.heads_q = h.p.heads_kv = heads;
+  for (int t : q_tiles) h.p.total_q += t * 128;
+  const size_t cap = hfa::sm90::varlen_plan_entries(h.p, 128);
+  h.ints.assign(hfa::sm90::varlen_plan_ints(h.p, 128), -7);
+  const int limit = capacity >= 0 ? capacity : static_cast<int>(cap);
+  int* first_entry = h.ints.data() + 2 + 2 * cap + h.p.batch;
+  int next = 0;
+  for (int b : rank_order) {
+    first_entry[b] = next;
+    for (int m = 0; m < q_tiles[b]; ++m) {
+      const int at = next + (q_tiles[b] - 1 - m);
+      if (at >= limit) continue;
+      h.ints[2 + 2 * at] = b;
+      h.ints[3 + 2 * at] = m;
+    }
+    next += q_tiles[b];
+  }
+  h.ints[0] = std::min(next, limit);
+  h.ints[1] = 0;
+  return h;
+}
+
+// Every (batch, Q tile, head) of the plan's entries exactly once; returns the coordinates in order.
+std::vector<BlockCoord> expect_each_pair_once(HostPlan& h, const std::vector<int>& q_tiles,
+                                              int heads_per_group) {
+  const VarlenTileScheduler s(h.ints.data(), h.p, 128, heads_per_group);
+  EXPECT_EQ(s.tiles(), h.ints[0] * h.p.heads_q);
+  std::set<std::tuple<int, int, int>> seen;
+  std::vector<BlockCoord> order;
+  for (int idx = 0; idx < s.tiles(); ++idx) {
+    const BlockCoord c = s.block_coord(idx);
+    EXPECT_TRUE(c.batch >= 0 && c.batch < h.p.batch && c.head >= 0 && c.head < h.p.heads_q &&
+                c.m_block >= 0 && c.m_block < q_tiles[c.batch])
+        << "idx " << idx;
+    EXPECT_TRUE(seen.insert({c.batch, c.m_block, c.head}).second) << "idx " << idx << " twice";
+    order.push_back(c);
+  }
+  return order;
+}
+
+// The order expected from heads_per_group: sequence by sequence in rank order; in one, group by
+// group of heads; in a group, its Q tiles from the last, the group's heads of one tile together.
+std::vector<BlockCoord> expected_order(const std::vector<int>& tiles, const std::vector<int>& ranks,
+                                       int heads, int per_group) {
+  std::vector<BlockCoord> order;
+  for (int b : ranks)
+    for (int g0 = 0; g0 < heads; g0 += per_group)
+      for (int m = tiles[b] - 1; m >= 0; --m)
+        for (int head = g0; head < std::min(heads, g0 + per_group); ++head)
+          order.push_back(BlockCoord{m, head, b});
+  return order;
+}
+
+void expect_order(const std::vector<BlockCoord>& got, const std::vector<BlockCoord>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].batch, want[i].batch) << i;
+    EXPECT_EQ(got[i].head, want[i].head) << i;
+    EXPECT_EQ(got[i].m_block, want[i].m_block) << i;
+  }
+}
+
+TEST(VarlenTileScheduler, OneGroupTakesTheHeadsOfAnEntryTogether) {
+  const std::vector<int> tiles = {3, 1, 5, 2}, ranks = {2, 0, 3, 1};
+  HostPlan h = make_plan(tiles, ranks, 4);
+  expect_order(expect_each_pair_once(h, tiles, 4), expected_order(tiles, ranks, 4, 4));
+  expect_order(expect_each_pair_once(h, tiles, 9), expected_order(tiles, ranks, 4, 4));
+}
+
+TEST(VarlenTileScheduler, GroupsOfOneTakeEachHeadsTilesTogether) {
+  const std::vector<int> tiles = {3, 1, 5, 2}, ranks = {2, 0, 3, 1};
+  HostPlan h = make_plan(tiles, ranks, 4);
+  expect_order(expect_each_pair_once(h, tiles, 1), expected_order(tiles, ranks, 4, 1));
+}
+
+TEST(VarlenTileScheduler, GroupsOfHeadsWithASmallerLastOne) {
+  const std::vector<int> tiles = {3, 1, 5, 2}, ranks = {2, 0, 3, 1};
+  HostPlan h = make_plan(tiles, ranks, 5);
+  expect_order(expect_each_pair_once(h, tiles, 2), expected_order(tiles, ranks, 5, 2));
+  expect_order(expect_each_pair_once(h, tiles, 3), expected_order(tiles, ranks, 5, 3));
+}
+
+TEST(VarlenTileScheduler, ACutPlanStillMapsEachEntryOnce) {
+  // Capacity 7 of 11 entries (overlapping device cu_seqlens): sequence 0's stretch is cut after
+  // its first two entries; it keeps one group of every head, the whole sequence before it does not.
+  const std::vector<int> tiles = {3, 1, 5, 2};
+  HostPlan h = make_plan(tiles, {2, 0, 3, 1}, 4, /*capacity=*/7);
+  const std::vector<BlockCoord> order = expect_each_pair_once(h, tiles, 1);
+  ASSERT_EQ(order.size(), 7u * 4);
+  for (size_t i = 0; i < 20; ++i) EXPECT_EQ(order[i].head, static_cast<int>(i / 5)) << i;
+  for (size_t i = 20; i < 28; ++i) EXPECT_EQ(order[i].head, static_cast<int>(i % 4)) << i;
+}
+
+TEST(VarlenTileScheduler, HeadsPerGroup) {
+  FwdProblem p = problem(1, 16, 16384);  // K+V per head: 2 x 16384 x 128 x 2 B = 8 MB
+  EXPECT_EQ(hfa::sm90::varlen_heads_per_group(p, 2, 24LL << 20), 1);  // non-causal: one head
+  p.causal = true;
+  EXPECT_EQ(hfa::sm90::varlen_heads_per_group(p, 2, 24LL << 20), 3);   // 24 MB hold 3 heads
+  EXPECT_EQ(hfa::sm90::varlen_heads_per_group(p, 2, 1), 1);            // at least one
+  EXPECT_EQ(hfa::sm90::varlen_heads_per_group(p, 2, 1LL << 40), 16);   // at most every head
+  p.heads_kv = 4;  // GQA 4:1: whole groups of 4 query heads, 3 K/V heads' worth
+  EXPECT_EQ(hfa::sm90::varlen_heads_per_group(p, 2, 24LL << 20), 12);
 }
 
 }  // namespace

@@ -321,8 +321,11 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
   const FwdProblem& p = params.problem;
   using Scheduler = std::conditional_t<kVarlen, sm90::VarlenTileScheduler, sm90::PersistentTileScheduler>;
   const Scheduler scheduler = [&] {
-    if constexpr (kVarlen) return Scheduler(params.tile_plan, p.heads_q);
-    else return Scheduler(p, Config::kBlockM, params.tile_group);
+    if constexpr (kVarlen) {
+      return Scheduler(params.tile_plan, p, Config::kBlockM, params.tile_group);
+    } else {
+      return Scheduler(p, Config::kBlockM, params.tile_group);
+    }
   }();
   if (threadIdx.x == 0) {
     Pipeline::init(ss.pipeline, Config::kConsumerThreads);
@@ -338,7 +341,15 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
     typename Pipeline::State kv = Pipeline::producer_start();
     typename QPipeline::State q = QPipeline::producer_start();
     auto produce_tile = [&](int idx) {
-      const sm90::BlockCoord bc = scheduler.block_coord(idx);
+      const sm90::BlockCoord bc = [&] {
+        const sm90::BlockCoord c = scheduler.block_coord(idx);
+        if constexpr (kVarlen) {  // read from the plan: made uniform (sm90::producer_uniform)
+          return sm90::BlockCoord{sm90::producer_uniform(c.m_block), sm90::producer_uniform(c.head),
+                                  sm90::producer_uniform(c.batch)};
+        } else {
+          return c;
+        }
+      }();
       auto produce = [&](const FwdProblem& sp, SequenceOffsets at) {
         const sm90::KvRange range = Mask::range(sp, bc.m_block * Config::kBlockM, Config::kBlockM,
                                                 Config::kBlockN);
@@ -355,7 +366,12 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
       };
       if constexpr (kVarlen) {
         SequenceOffsets at;
-        produce(sequence_view<T>(p, bc.batch, &at), at);
+        FwdProblem sp = sequence_view<T>(p, bc.batch, &at);  // from cu_seqlens: made uniform too
+        sp.seqlen_q = sm90::producer_uniform(sp.seqlen_q);
+        sp.seqlen_k = sm90::producer_uniform(sp.seqlen_k);
+        at.q = sm90::producer_uniform(at.q);
+        at.k = sm90::producer_uniform(at.k);
+        produce(sp, at);
       } else {
         produce(p, SequenceOffsets{});
       }
@@ -366,7 +382,7 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
       // stage (no bytes: the arrive alone completes its phase), after which the consumers stop.
       for (;;) {
         QPipeline::producer_wait_empty(ss.q_pipeline, q);
-        const int idx = scheduler.fetch();
+        const int idx = sm90::producer_uniform(scheduler.fetch());
         if (idx >= scheduler.tiles()) break;
         produce_tile(idx);
       }

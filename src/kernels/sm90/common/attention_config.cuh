@@ -101,7 +101,9 @@ struct AttentionConfig {
     FwdProblem problem;
     TileTma<E, kBlockM, D> tma_q;
     TileTma<E, kBlockN, D> tma_k, tma_v;
-    int tile_group;  // persistent scheduler: (head, batch) pairs per L2 group (K6; else unused)
+    // K6 (else unused): the persistent scheduler's (head, batch) pairs per L2 group, or with a
+    // variable-length batch VarlenTileScheduler's heads per group.
+    int tile_group;
     // K6 on a variable-length batch: the tile order plan_varlen_tiles wrote and the counter the
     // CTAs take its tiles with (varlen_scheduler.cuh).
     int* tile_plan;
@@ -292,8 +294,10 @@ cudaError_t launch_persistent(Kernel kernel, int threads, int element_bytes, lon
   // (With a variable-length batch: as many CTAs as max_seqlen_q's tiles for every sequence, a
   // bound on the planned tiles; the CTAs past them find none.)
   const int grid = PersistentTileScheduler::grid_size(p, Config::kBlockM, sm_count);
-  params.tile_group = PersistentTileScheduler::group_size(p, Config::kBlockM, element_bytes,
-                                                          l2_group_bytes, grid);
+  params.tile_group =
+      p.varlen() ? varlen_heads_per_group(p, element_bytes, l2_group_bytes)
+                 : PersistentTileScheduler::group_size(p, Config::kBlockM, element_bytes,
+                                                       l2_group_bytes, grid);
   return launch_attention<Config>(kernel, dim3(grid), threads, params, stream);
 }
 

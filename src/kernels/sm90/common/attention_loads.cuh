@@ -69,6 +69,14 @@ __device__ __forceinline__ BlockCoord published_tile(const int (&coord)[3]) {
                       __shfl_sync(0xffffffffu, coord[2], 0)};
   return BlockCoord{coord[0], coord[1], coord[2]};
 }
+// A value the producer's one thread (lane 0: the warp's other lanes have returned) read from
+// global memory, passed through a shuffle of that lane alone. ptxas then knows it is warp-uniform
+// and keeps it, and the tile coordinates computed from it, in uniform registers, as it does the
+// dense kernels' (from blockIdx and the parameters); the TMA issues need them there. Without it,
+// k6's varlen producer moved each coordinate with R2UR at every TMA load (278 R2UR in its loop at
+// d = 128) and spilled 196 bytes at its 24 registers; with it, none (ptxas, cuobjdump).
+__device__ __forceinline__ int producer_uniform(int x) { return __shfl_sync(1u, x, 0); }
+
 // A dynamically scheduled kernel's last Q stage carries no tile but this marker (m_block -1).
 __device__ __forceinline__ void publish_end_of_tiles(int (&coord)[3]) { coord[0] = -1; }
 __device__ __forceinline__ bool is_end_of_tiles(const int (&coord)[3]) { return coord[0] < 0; }

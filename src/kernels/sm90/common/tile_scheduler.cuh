@@ -97,4 +97,17 @@ struct PersistentTileScheduler {
   }
 };
 
+// VarlenTileScheduler's heads per group (varlen_scheduler.cuh): without the causal mask 1 (each
+// head's Q tiles together); with it, as many whole GQA groups of query heads as keep their K/V at
+// the longest sequence's keys (seqlen_k: max_seqlen_k) within l2_bytes, at least one group, at
+// most every head.
+inline int varlen_heads_per_group(const FwdProblem& p, int element_bytes, long long l2_bytes) {
+  if (!p.causal) return 1;
+  const long long kv_head_bytes = 2LL * p.seqlen_k * p.head_dim * element_bytes;
+  long long kv_heads = kv_head_bytes > 0 ? l2_bytes / kv_head_bytes : p.heads_kv;
+  if (kv_heads < 1) kv_heads = 1;
+  if (kv_heads > p.heads_kv) kv_heads = p.heads_kv;
+  return static_cast<int>(kv_heads) * p.group_size();
+}
+
 }  // namespace hfa::sm90

@@ -132,23 +132,54 @@ __global__ void __launch_bounds__(kVarlenPlanThreads)
   }
 }
 
-// The main kernel's side: the plan's (entry, head) pairs, the heads of one entry consecutive (they
-// share the sequence's rows: GQA's query heads also its K/V), taken one at a time by whichever
-// CTA's producer asks next (fetch: the plan's counter).
+// The main kernel's side: the plan's (entry, head) pairs, taken one at a time by whichever CTA's
+// producer asks next (fetch: the plan's counter). Within each sequence's stretch of pair indices
+// [first entry * heads, (first entry + tiles) * heads) the heads go in groups of
+// `heads_per_group` (varlen_heads_per_group, tile_scheduler.cuh), one group after another; in a
+// group, entry by entry (the sequence's Q tiles from its last), the group's heads of one entry
+// consecutive. So:
+//  - without the causal mask, groups of one head: each (sequence, head)'s Q tiles together, as the
+//    dense order has them (its tiles are equal work); a round of CTAs reads one or two heads' K/V,
+//    from L2. (All heads of an entry together, as before: at one sequence of 16k keys and 16 heads
+//    a round of 132 tiles covered ~8 Q tiles of every head, 128 MB of K/V, more than L2 holds.)
+//  - with it, groups of as many heads as keep their K/V within the L2 budget: the longest Q tiles
+//    of the group first, for balance (the dynamic assignment evens out the rest), while the CTAs
+//    working at one time share the group's K/V through L2.
+// A sequence whose entries were cut by the plan's capacity (device cu_seqlens that overlap;
+// plan_varlen_tiles) keeps one group of every head.
 struct VarlenTileScheduler {
   const int* plan;
+  const int* first_entry;  // the plan's scratch: sequence -> its first entry
   int* counter;
-  int heads, tile_count;
+  int heads, entries, tile_count, heads_per_group;
 
-  __device__ VarlenTileScheduler(int* plan_, int heads_)
-      : plan(plan_), counter(plan_ + 1), heads(heads_), tile_count(plan_[0] * heads_) {}
+  __host__ __device__ VarlenTileScheduler(int* plan_, const FwdProblem& p, int block_m,
+                                          int heads_per_group_)
+      : plan(plan_), first_entry(plan_ + 2 + 2 * varlen_plan_entries(p, block_m) + p.batch),
+        counter(plan_ + 1), heads(p.heads_q), entries(plan_[0]), tile_count(plan_[0] * p.heads_q),
+        heads_per_group(heads_per_group_ < 1 ? 1 : heads_per_group_) {}
 
-  __device__ int tiles() const { return tile_count; }
+  __host__ __device__ int tiles() const { return tile_count; }
   // The next pair's index (>= tiles(): none left). One thread per CTA asks.
   __device__ int fetch() const { return atomicAdd(counter, 1); }
-  __device__ BlockCoord block_coord(int idx) const {
-    const int entry = idx / heads;
-    return BlockCoord{plan[3 + 2 * entry], idx - entry * heads, plan[2 + 2 * entry]};
+  __host__ __device__ BlockCoord block_coord(int idx) const {
+    int entry = idx / heads, head = idx - entry * heads;
+    if (heads_per_group < heads) {
+      // entry lies in the stretch of its sequence b; its first entry holds the last Q tile.
+      const int b = plan[2 + 2 * entry];
+      const int first = first_entry[b];
+      const int tiles = plan[3 + 2 * first] + 1;
+      if (first + tiles <= entries) {
+        const int r = idx - first * heads, group_span = tiles * heads_per_group;
+        const int g = r / group_span, in_group = r - g * group_span;
+        const int left = heads - g * heads_per_group;
+        const int heads_here = heads_per_group < left ? heads_per_group : left;  // the last: fewer
+        const int step = in_group / heads_here;
+        entry = first + step;
+        head = g * heads_per_group + (in_group - step * heads_here);
+      }
+    }
+    return BlockCoord{plan[3 + 2 * entry], head, plan[2 + 2 * entry]};
   }
 };
 
