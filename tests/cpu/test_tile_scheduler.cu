@@ -14,6 +14,7 @@ namespace {
 
 using hfa::FwdProblem;
 using hfa::sm90::BlockCoord;
+using hfa::sm90::DynamicTileScheduler;
 using hfa::sm90::PersistentTileScheduler;
 using hfa::sm90::VarlenTileScheduler;
 
@@ -97,6 +98,74 @@ TEST(PersistentTileScheduler, CausalWorkIsBalanced) {
   // s = 2048 (16 Q tiles per pair) runs pair by pair, not in groups: the busiest CTA gets 3% more
   // than the mean, yet it measured 0.5-9.5% faster than groups (tile_scheduler.cuh).
   EXPECT_LT(causal_imbalance(problem(8, 16, 2048)), 1.04);
+}
+
+// DynamicTileScheduler: every tile once, in runs of longest-first tiles (one run per group) whose
+// pairs do not recur in another run; the smaller group first. Taken by whichever CTA is free
+// first, the causal work per CTA stays close to the mean although the groups are small.
+void expect_valid_dynamic_order(const FwdProblem& p, int group) {
+  const DynamicTileScheduler s(nullptr, p, 128, group);
+  const int m_blocks = (p.seqlen_q + 127) / 128, pairs = p.heads_q * p.batch;
+  ASSERT_EQ(s.tiles(), m_blocks * pairs);
+  std::set<std::tuple<int, int, int>> seen;
+  std::vector<int> run_of_pair(pairs, -1);
+  std::vector<std::set<int>> runs(1);
+  int prev_m = m_blocks;
+  for (int idx = 0; idx < s.tiles(); ++idx) {
+    const BlockCoord c = s.block_coord(idx);
+    ASSERT_TRUE(c.m_block >= 0 && c.m_block < m_blocks && c.head >= 0 && c.head < p.heads_q &&
+                c.batch >= 0 && c.batch < p.batch)
+        << "idx " << idx;
+    EXPECT_TRUE(seen.insert({c.m_block, c.head, c.batch}).second) << "idx " << idx << " twice";
+    if (c.m_block > prev_m) runs.emplace_back();  // a new group starts at its longest tiles
+    prev_m = c.m_block;
+    const int pair = c.batch * p.heads_q + c.head;
+    if (run_of_pair[pair] == -1) run_of_pair[pair] = static_cast<int>(runs.size()) - 1;
+    EXPECT_EQ(run_of_pair[pair], static_cast<int>(runs.size()) - 1) << "pair " << pair << " in two groups";
+    runs.back().insert(pair);
+  }
+  EXPECT_EQ(static_cast<int>(seen.size()), s.tiles());
+  if (m_blocks == 1) return;  // one tile per pair: the runs cannot be told apart
+  const int smaller = pairs % group;
+  ASSERT_EQ(static_cast<int>(runs.size()), pairs / group + (smaller ? 1 : 0));
+  EXPECT_EQ(static_cast<int>(runs.front().size()), smaller ? smaller : group);
+  for (size_t r = 1; r < runs.size(); ++r) EXPECT_EQ(static_cast<int>(runs[r].size()), group);
+}
+
+double dynamic_causal_imbalance(FwdProblem p) {
+  p.causal = true;
+  const int grid = PersistentTileScheduler::grid_size(p, 128, 132);
+  const DynamicTileScheduler s(nullptr, p, 128, hfa::sm90::l2_heads_per_group(p, 2, 24LL << 20));
+  std::vector<long long> work(grid, 0);
+  long long total = 0;
+  for (int idx = 0; idx < s.tiles(); ++idx) {
+    auto free_first = std::min_element(work.begin(), work.end());
+    const int cost = s.block_coord(idx).m_block + 1;  // KV tiles a square causal Q tile visits
+    *free_first += cost;
+    total += cost;
+  }
+  const long long mx = *std::max_element(work.begin(), work.end());
+  return static_cast<double>(mx) / (static_cast<double>(total) / grid);
+}
+
+TEST(DynamicTileScheduler, EveryTileOnceInL2GroupsSmallerFirst) {
+  FwdProblem p = problem(1, 16, 16384);
+  p.causal = true;
+  const int group = hfa::sm90::l2_heads_per_group(p, 2, 24LL << 20);
+  EXPECT_EQ(group, 3);  // 8 MB of K/V per head at d = 128: three fit 24 MB; 16 = 1 + 5 x 3
+  expect_valid_dynamic_order(p, group);
+  expect_valid_dynamic_order(problem(3, 5, 1000), 4);  // 15 pairs: 3 + 3 x 4
+  expect_valid_dynamic_order(problem(4, 8, 513), 32);  // one group holds everything
+  expect_valid_dynamic_order(problem(2, 3, 100), 1);   // one Q tile per pair
+}
+
+TEST(DynamicTileScheduler, CausalWorkIsBalanced) {
+  EXPECT_LT(dynamic_causal_imbalance(problem(1, 16, 16384)), 1.01);  // groups of 3 heads
+  EXPECT_LT(dynamic_causal_imbalance(problem(4, 16, 4096)), 1.01);   // groups of 12
+  EXPECT_LT(dynamic_causal_imbalance(problem(8, 16, 2048)), 1.02);   // groups of 16
+  FwdProblem d256 = problem(2, 8, 8192);  // groups of 3, 64 Q tiles each
+  d256.head_dim = 256;
+  EXPECT_LT(dynamic_causal_imbalance(d256), 1.05);
 }
 
 TEST(PersistentTileScheduler, GroupSize) {
@@ -230,15 +299,15 @@ TEST(VarlenTileScheduler, ACutPlanStillMapsEachEntryOnce) {
   for (size_t i = 20; i < 28; ++i) EXPECT_EQ(order[i].head, static_cast<int>(i % 4)) << i;
 }
 
-TEST(VarlenTileScheduler, HeadsPerGroup) {
+TEST(TileScheduler, L2HeadsPerGroup) {
   FwdProblem p = problem(1, 16, 16384);  // K+V per head: 2 x 16384 x 128 x 2 B = 8 MB
-  EXPECT_EQ(hfa::sm90::varlen_heads_per_group(p, 2, 24LL << 20), 1);  // non-causal: one head
+  EXPECT_EQ(hfa::sm90::l2_heads_per_group(p, 2, 24LL << 20), 1);  // non-causal: one head
   p.causal = true;
-  EXPECT_EQ(hfa::sm90::varlen_heads_per_group(p, 2, 24LL << 20), 3);   // 24 MB hold 3 heads
-  EXPECT_EQ(hfa::sm90::varlen_heads_per_group(p, 2, 1), 1);            // at least one
-  EXPECT_EQ(hfa::sm90::varlen_heads_per_group(p, 2, 1LL << 40), 16);   // at most every head
+  EXPECT_EQ(hfa::sm90::l2_heads_per_group(p, 2, 24LL << 20), 3);   // 24 MB hold 3 heads
+  EXPECT_EQ(hfa::sm90::l2_heads_per_group(p, 2, 1), 1);            // at least one
+  EXPECT_EQ(hfa::sm90::l2_heads_per_group(p, 2, 1LL << 40), 16);   // at most every head
   p.heads_kv = 4;  // GQA 4:1: whole groups of 4 query heads, 3 K/V heads' worth
-  EXPECT_EQ(hfa::sm90::varlen_heads_per_group(p, 2, 24LL << 20), 12);
+  EXPECT_EQ(hfa::sm90::l2_heads_per_group(p, 2, 24LL << 20), 12);
 }
 
 }  // namespace

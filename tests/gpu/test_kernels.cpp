@@ -129,6 +129,34 @@ TEST_P(PerKernel, LongQueriesShortKeysAtD64) {
   }
 }
 
+// Long causal rows at every compiled head dim: k6 takes these problems' tiles dynamically in
+// L2-sized head groups (k6_launch.h: dynamic_tile_order), a CTA's producer asking for each next
+// tile and ending with a marker through the Q stage. With GQA 3:1, seqlen_q != seqlen_k both ways
+// (with fewer keys, the first rows see none: whole Q tiles with no KV tile), a ragged last Q tile
+// and several heads per L2 group.
+TEST_P(PerKernel, LongCausalRowsEveryHeadDim) {
+  HFA_SKIP_WITHOUT_GPU();
+  for (int d : compiled_head_dims()) {
+    const int seqlen_q = k6::dynamic_order_min_seqlen_q(d) + 77;
+    for (int seqlen_k : {seqlen_q + 300, seqlen_q / 2}) {
+      check::Config c = small(seqlen_q, seqlen_k, 6, 2);
+      c.head_dim = d;
+      c.batch = 2;
+      c.causal = true;
+      FwdProblem shape;
+      shape.head_dim = d;
+      shape.seqlen_q = seqlen_q;
+      shape.causal = true;
+      ASSERT_TRUE(k6::dynamic_tile_order(shape)) << c.describe() << " no longer reaches k6's dynamic order";
+      check::CheckResult r;
+      const Status st = check::run_check(c, 31 + d + seqlen_k % 7, kMaxRowsChecked, &r);
+      if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << st.message;
+      ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
+      EXPECT_TRUE(r.pass) << c.describe() << ": " << r.message;
+    }
+  }
+}
+
 // The checker itself can fail: a kernel run with a wrong scale or a wrong mask must be caught.
 TEST_P(PerKernel, CheckerCatchesWrongResults) {
   HFA_SKIP_WITHOUT_GPU();

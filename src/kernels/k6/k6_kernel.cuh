@@ -13,9 +13,11 @@
 //     producer can refill K's stage while V_{j-1} is still being read (with the overlap a tile's
 //     V is held for one more iteration; with one shared barrier the 2-stage d = 256 ring starved).
 //  4. A persistent tile scheduler (sm90/common/tile_scheduler.cuh): one CTA per SM walks the
-//     tiles in snake order, long causal problems longest tile first, and the producer keeps streaming the next tile's Q and
-//     K/V while the consumers finish the current one (the K/V ring runs across tiles; Q is a
-//     one-stage ring released after a tile's last Q K^T).
+//     tiles in snake order, long causal problems longest tile first, and the producer keeps
+//     streaming the next tile's Q and K/V while the consumers finish the current one (the K/V
+//     ring runs across tiles; Q is a one-stage ring released after a tile's last Q K^T). Causal
+//     problems from 2k queries (4k at d = 256; k6_launch.h: dynamic_tile_order) take the same
+//     order's tiles dynamically instead, in head groups sized to L2 (kDynamic).
 //  5. O leaves through shared memory and a TMA store (sm90/common/staged_output.cuh), so a
 //     warpgroup starts its next tile while the store runs: +12% at s = 512 for d = 128, +21% for
 //     d = 256 over storing the fragments from registers (docs/WORKLOG.md, K6 seventh pass). At
@@ -306,7 +308,11 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
 // kVarlen: a variable-length batch (FwdProblem::cu_seqlens_q ...): the tiles come from the plan
 // of sm90/common/varlen_scheduler.cuh (longest first), each run on its sequence's view
 // (sequence_view, read once per tile by the producer and by each consumer).
-template <typename T, class Config, Variant V, bool kVarlen, class Mask, class Score>
+// kDynamic: the CTAs take their tiles from a counter (VarlenTileScheduler's plan, or a dense
+// problem's DynamicTileScheduler) instead of walking the static snake rounds; the producer ends
+// the walk with a marker through the Q stage.
+template <typename T, class Config, Variant V, bool kVarlen, class Mask, class Score,
+          bool kDynamic = kVarlen>
 __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
     k6_forward_kernel(const __grid_constant__ typename Config::Params params) {
   constexpr int D = Config::kHeadDim;
@@ -319,9 +325,12 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
                            intra_warpgroup_overlap(D, Config::kConsumerWarpgroups);
   auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const FwdProblem& p = params.problem;
-  using Scheduler = std::conditional_t<kVarlen, sm90::VarlenTileScheduler, sm90::PersistentTileScheduler>;
+  static_assert(!kVarlen || kDynamic, "a variable-length batch's plan is taken dynamically");
+  using Scheduler = std::conditional_t<
+      kVarlen, sm90::VarlenTileScheduler,
+      std::conditional_t<kDynamic, sm90::DynamicTileScheduler, sm90::PersistentTileScheduler>>;
   const Scheduler scheduler = [&] {
-    if constexpr (kVarlen) {
+    if constexpr (kDynamic) {
       return Scheduler(params.tile_plan, p, Config::kBlockM, params.tile_group);
     } else {
       return Scheduler(p, Config::kBlockM, params.tile_group);
@@ -376,8 +385,8 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
         produce(p, SequenceOffsets{});
       }
     };
-    if constexpr (kVarlen) {
-      // Tiles taken one at a time (VarlenTileScheduler::fetch), each once the Q stage is free,
+    if constexpr (kDynamic) {
+      // Tiles taken one at a time (the scheduler's fetch), each once the Q stage is free,
       // so a CTA asks when it is about to start another; then the end marker through the Q
       // stage (no bytes: the arrive alone completes its phase), after which the consumers stop.
       for (;;) {
@@ -400,7 +409,7 @@ __global__ void __launch_bounds__(threads(Config::kConsumerWarpgroups), 1)
     typename Pipeline::State kv = Pipeline::consumer_start();
     typename QPipeline::State q = QPipeline::consumer_start();
     turns.start();
-    if constexpr (kVarlen) {  // until the producer's end marker (consume_tile's wait then returns at once)
+    if constexpr (kDynamic) {  // until the producer's end marker (consume_tile's wait then returns at once)
       for (;;) {
         QPipeline::consumer_wait(ss.q_pipeline, q);
         if (sm90::is_end_of_tiles(ss.q_tile_coord)) break;
@@ -431,6 +440,16 @@ cudaError_t launch_config(const FwdProblem& p, cudaStream_t stream) {
       return sm90::launch_persistent<Config>(kernel, threads(Config::kConsumerWarpgroups), sizeof(T),
                                              kL2GroupBytes, p, stream, plan);
     });
+  }
+  if constexpr (V == Variant::kFull && std::is_same_v<Mask, sm90::AttentionMask> &&
+                std::is_same_v<Score, sm90::PlainScore>) {
+    if (dynamic_tile_order(p)) {
+      auto* dynamic = k6_forward_kernel<T, Config, V, false, Mask, Score, true>;
+      return sm90::with_tile_counter(stream, [&](int* counter) {
+        return sm90::launch_persistent<Config>(dynamic, threads(Config::kConsumerWarpgroups),
+                                               sizeof(T), kL2GroupBytes, p, stream, counter);
+      });
+    }
   }
   return sm90::launch_persistent<Config>(kernel, threads(Config::kConsumerWarpgroups), sizeof(T),
                                          kL2GroupBytes, p, stream);

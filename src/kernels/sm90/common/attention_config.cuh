@@ -101,11 +101,12 @@ struct AttentionConfig {
     FwdProblem problem;
     TileTma<E, kBlockM, D> tma_q;
     TileTma<E, kBlockN, D> tma_k, tma_v;
-    // K6 (else unused): the persistent scheduler's (head, batch) pairs per L2 group, or with a
-    // variable-length batch VarlenTileScheduler's heads per group.
+    // K6 (else unused): the persistent scheduler's (head, batch) pairs per L2 group, or with
+    // the dynamic orders (DynamicTileScheduler, VarlenTileScheduler) their heads per group.
     int tile_group;
     // K6 on a variable-length batch: the tile order plan_varlen_tiles wrote and the counter the
-    // CTAs take its tiles with (varlen_scheduler.cuh).
+    // CTAs take its tiles with (varlen_scheduler.cuh); on a dense problem in the dynamic order,
+    // DynamicTileScheduler's counter.
     int* tile_plan;
     std::conditional_t<kStageO, OutputTma<E, D>, NoOutputTma> tma_o;
   };
@@ -279,7 +280,9 @@ auto set_tile_plan(P& params, int* plan, int) -> decltype(params.tile_plan = pla
 template <class P>
 void set_tile_plan(P&, int*, long) {}
 
-// tile_plan: a variable-length batch's tile order (Params::tile_plan), if the kernel takes one.
+// tile_plan (Params::tile_plan, if the kernel takes one): a variable-length batch's tile order, or
+// a dense problem's tile counter (DynamicTileScheduler). With one the tiles are taken dynamically,
+// in groups of l2_heads_per_group; without, in the static rounds' groups.
 template <class Config, class Kernel>
 cudaError_t launch_persistent(Kernel kernel, int threads, int element_bytes, long long l2_group_bytes,
                               const FwdProblem& p, cudaStream_t stream,
@@ -295,7 +298,7 @@ cudaError_t launch_persistent(Kernel kernel, int threads, int element_bytes, lon
   // bound on the planned tiles; the CTAs past them find none.)
   const int grid = PersistentTileScheduler::grid_size(p, Config::kBlockM, sm_count);
   params.tile_group =
-      p.varlen() ? varlen_heads_per_group(p, element_bytes, l2_group_bytes)
+      tile_plan != nullptr ? l2_heads_per_group(p, element_bytes, l2_group_bytes)
                  : PersistentTileScheduler::group_size(p, Config::kBlockM, element_bytes,
                                                        l2_group_bytes, grid);
   return launch_attention<Config>(kernel, dim3(grid), threads, params, stream);

@@ -97,17 +97,68 @@ struct PersistentTileScheduler {
   }
 };
 
-// VarlenTileScheduler's heads per group (varlen_scheduler.cuh): without the causal mask 1 (each
-// head's Q tiles together); with it, as many whole GQA groups of query heads as keep their K/V at
-// the longest sequence's keys (seqlen_k: max_seqlen_k) within l2_bytes, at least one group, at
-// most every head.
-inline int varlen_heads_per_group(const FwdProblem& p, int element_bytes, long long l2_bytes) {
+// Heads per scheduler group for the dynamic orders (DynamicTileScheduler below, and
+// VarlenTileScheduler, varlen_scheduler.cuh): without the causal mask 1 (each head's Q tiles
+// together); with it, as many whole GQA groups of query heads as keep their K/V at seqlen_k keys
+// (with a variable-length batch: max_seqlen_k) within l2_bytes, at least one group, at most every
+// head. The static rounds cannot group this tightly (PersistentTileScheduler::group_size: their
+// balance needs 16 rounds per group); taking tiles dynamically needs no such balance.
+inline int l2_heads_per_group(const FwdProblem& p, int element_bytes, long long l2_bytes) {
   if (!p.causal) return 1;
   const long long kv_head_bytes = 2LL * p.seqlen_k * p.head_dim * element_bytes;
   long long kv_heads = kv_head_bytes > 0 ? l2_bytes / kv_head_bytes : p.heads_kv;
   if (kv_heads < 1) kv_heads = 1;
   if (kv_heads > p.heads_kv) kv_heads = p.heads_kv;
   return static_cast<int>(kv_heads) * p.group_size();
+}
+
+// PersistentTileScheduler's order (groups of (head, batch) pairs, each group's Q tiles from the
+// last, its pairs interleaved), but taken dynamically: each CTA's producer takes the next tile
+// index from a counter in global memory (fetch, one atomicAdd per tile) when its Q stage is free,
+// so the groups can be as small as L2 wants (l2_heads_per_group) and the longest-first order
+// within a group does the balancing. For dense problems under the causal mask with long rows,
+// where the static rounds' 16-round groups read far more K/V per round than L2 holds (at
+// d = 128, s = 16k: 17 heads, 136 MB; WORKLOG, "Dense causal in the dynamic order").
+// One difference: the smaller group (pairs % group pairs) comes first, not last, so the walk
+// ends on a whole group's shortest tiles. With the small group last, its longest tiles start in
+// the final wave and the busiest CTA ends late (simulated, tests/cpu: 1.05x the mean work at
+// d = 128, s = 16k, 16 heads in groups of 3; 1.16x at d = 256, s = 8k, 2 x 8 heads; small group
+// first: 1.004x and 1.04x).
+struct DynamicTileScheduler : PersistentTileScheduler {
+  int* counter;  // zero at launch (with_tile_counter)
+
+  __host__ __device__ DynamicTileScheduler(int* counter_, const FwdProblem& p, int block_m,
+                                           int group_)
+      : PersistentTileScheduler(p, block_m, group_), counter(counter_) {}
+  // The next tile's index (>= tiles(): none left). One thread per CTA asks.
+  __device__ int fetch() const { return atomicAdd(counter, 1); }
+  __host__ __device__ BlockCoord block_coord(int idx) const {
+    const int first = pairs % group;  // the smaller group's pairs (0: every group is whole)
+    int pairs_here = first, pair_base = 0, j = idx;
+    if (idx >= first * m_blocks) {
+      const int per_group = group * m_blocks, r = idx - first * m_blocks;
+      const int g = r / per_group;
+      j = r - g * per_group;
+      pairs_here = group;
+      pair_base = first + g * group;
+    }
+    const int m_from_last = j / pairs_here;
+    const int pair = pair_base + (j - m_from_last * pairs_here);
+    return BlockCoord{m_blocks - 1 - m_from_last, pair % heads, pair / heads};
+  }
+};
+
+// A zeroed int in a stream-ordered workspace for launch(int* counter), freed on the stream after
+// it (DynamicTileScheduler's counter).
+template <class Launch>
+cudaError_t with_tile_counter(cudaStream_t stream, const Launch& launch) {
+  int* counter = nullptr;
+  cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&counter), sizeof(int), stream);
+  if (err != cudaSuccess) return err;
+  err = cudaMemsetAsync(counter, 0, sizeof(int), stream);
+  if (err == cudaSuccess) err = launch(counter);
+  const cudaError_t freed = cudaFreeAsync(counter, stream);
+  return err != cudaSuccess ? err : freed;
 }
 
 }  // namespace hfa::sm90

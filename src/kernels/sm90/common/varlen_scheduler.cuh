@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kVarlenPlanThreads)
 // The main kernel's side: the plan's (entry, head) pairs, taken one at a time by whichever CTA's
 // producer asks next (fetch: the plan's counter). Within each sequence's stretch of pair indices
 // [first entry * heads, (first entry + tiles) * heads) the heads go in groups of
-// `heads_per_group` (varlen_heads_per_group, tile_scheduler.cuh), one group after another; in a
+// `heads_per_group` (l2_heads_per_group, tile_scheduler.cuh), one group after another; in a
 // group, entry by entry (the sequence's Q tiles from its last), the group's heads of one entry
 // consecutive. So:
 //  - without the causal mask, groups of one head: each (sequence, head)'s Q tiles together, as the
