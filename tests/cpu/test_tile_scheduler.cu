@@ -247,14 +247,17 @@ std::vector<BlockCoord> expect_each_pair_once(HostPlan& h, const std::vector<int
 }
 
 // The order expected from heads_per_group: sequence by sequence in rank order; in one, group by
-// group of heads; in a group, its Q tiles from the last, the group's heads of one tile together.
+// group of heads, the smaller group (heads % per_group) first; in a group, its Q tiles from the last, the group's heads of one tile together.
 std::vector<BlockCoord> expected_order(const std::vector<int>& tiles, const std::vector<int>& ranks,
                                        int heads, int per_group) {
+  std::vector<int> bounds{0};
+  if (heads % per_group != 0) bounds.push_back(heads % per_group);
+  while (bounds.back() < heads) bounds.push_back(bounds.back() + per_group);
   std::vector<BlockCoord> order;
   for (int b : ranks)
-    for (int g0 = 0; g0 < heads; g0 += per_group)
+    for (size_t g = 0; g + 1 < bounds.size(); ++g)
       for (int m = tiles[b] - 1; m >= 0; --m)
-        for (int head = g0; head < std::min(heads, g0 + per_group); ++head)
+        for (int head = bounds[g]; head < bounds[g + 1]; ++head)
           order.push_back(BlockCoord{m, head, b});
   return order;
 }
@@ -281,7 +284,7 @@ TEST(VarlenTileScheduler, GroupsOfOneTakeEachHeadsTilesTogether) {
   expect_order(expect_each_pair_once(h, tiles, 1), expected_order(tiles, ranks, 4, 1));
 }
 
-TEST(VarlenTileScheduler, GroupsOfHeadsWithASmallerLastOne) {
+TEST(VarlenTileScheduler, GroupsOfHeadsWithASmallerFirstOne) {
   const std::vector<int> tiles = {3, 1, 5, 2}, ranks = {2, 0, 3, 1};
   HostPlan h = make_plan(tiles, ranks, 5);
   expect_order(expect_each_pair_once(h, tiles, 2), expected_order(tiles, ranks, 5, 2));

@@ -145,6 +145,8 @@ __global__ void __launch_bounds__(kVarlenPlanThreads)
 //  - with it, groups of as many heads as keep their K/V within the L2 budget: the longest Q tiles
 //    of the group first, for balance (the dynamic assignment evens out the rest), while the CTAs
 //    working at one time share the group's K/V through L2.
+//    When the heads do not divide into whole groups, the smaller group comes first, so that a
+//    sequence ends on a whole group's short tiles (as in DynamicTileScheduler, tile_scheduler.cuh).
 // A sequence whose entries were cut by the plan's capacity (device cu_seqlens that overlap;
 // plan_varlen_tiles) keeps one group of every head.
 struct VarlenTileScheduler {
@@ -170,13 +172,19 @@ struct VarlenTileScheduler {
       const int first = first_entry[b];
       const int tiles = plan[3 + 2 * first] + 1;
       if (first + tiles <= entries) {
-        const int r = idx - first * heads, group_span = tiles * heads_per_group;
-        const int g = r / group_span, in_group = r - g * group_span;
-        const int left = heads - g * heads_per_group;
-        const int heads_here = heads_per_group < left ? heads_per_group : left;  // the last: fewer
+        // The smaller group (heads % heads_per_group heads) first, as DynamicTileScheduler's.
+        const int smaller = heads % heads_per_group;
+        int in_group = idx - first * heads, heads_here = smaller, head_base = 0;
+        if (in_group >= smaller * tiles) {
+          const int r = in_group - smaller * tiles, group_span = tiles * heads_per_group;
+          const int g = r / group_span;
+          in_group = r - g * group_span;
+          heads_here = heads_per_group;
+          head_base = smaller + g * heads_per_group;
+        }
         const int step = in_group / heads_here;
         entry = first + step;
-        head = g * heads_per_group + (in_group - step * heads_here);
+        head = head_base + (in_group - step * heads_here);
       }
     }
     return BlockCoord{plan[3 + 2 * entry], head, plan[2 + 2 * entry]};
