@@ -247,6 +247,7 @@ struct Fp8Case {
   FwdProblem tile_shape(bool fp8_block_scales) const {
     FwdProblem shape;
     shape.head_dim = head_dim;
+    shape.seqlen_q = seqlen_q;
     shape.seqlen_k = seqlen_k;
     shape.causal = causal;
     shape.fp8_block_scales = fp8_block_scales;
@@ -305,6 +306,28 @@ TEST_P(Fp8ThreeConsumerWarpgroups, MatchReference) {
   }
 }
 
+// k7's and k8's dynamic tile order (k7_launch.h, dynamic_tile_order: long causal rows), in which
+// the producer also ends the transposers' walk with a marker through the V ring: every compiled
+// head dim, seqlen_q != seqlen_k both ways (fewer keys: whole Q tiles with no KV tile, so a CTA's
+// V ring may see no tile before the marker), GQA 3:1, two heads' groups.
+class Fp8DynamicTileOrder : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Fp8DynamicTileOrder, MatchReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  int ran = 0;
+  for (int d : compiled_head_dims()) {
+    const int seqlen_q = (d <= 128 ? 2048 : 4096) + 77;
+    for (int seqlen_k : {seqlen_q + 300, seqlen_q / 3}) {
+      const Fp8Case cs{d, 2, seqlen_q, seqlen_k, 6, 2, true, 0.f};
+      const check::Config c = cs.config(GetParam());
+      ASSERT_TRUE(k7::dynamic_tile_order(cs.tile_shape(c.fp8_block_scales)))
+          << c.describe() << " no longer takes the dynamic order";
+      expect_forward_pass(c, 91 + ran, 256);
+      ++ran;
+    }
+  }
+}
+
 std::vector<std::string> fp8_kernel_names() {
   std::vector<std::string> out;
   for (const std::string& k : kernel_names())
@@ -317,6 +340,9 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Fp8WideKvTiles);
 INSTANTIATE_TEST_SUITE_P(Fp8Kernels, Fp8ThreeConsumerWarpgroups, ::testing::ValuesIn(fp8_kernel_names()),
                          [](const auto& info) { return info.param; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Fp8ThreeConsumerWarpgroups);
+INSTANTIATE_TEST_SUITE_P(Fp8Kernels, Fp8DynamicTileOrder, ::testing::ValuesIn(fp8_kernel_names()),
+                         [](const auto& info) { return info.param; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Fp8DynamicTileOrder);
 
 }  // namespace
 }  // namespace hfa::testing

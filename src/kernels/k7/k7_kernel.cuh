@@ -19,6 +19,8 @@
 // O is stored from registers (K6's staging through shared memory is not built here yet).
 #pragma once
 
+#include <climits>
+
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
@@ -153,6 +155,9 @@ struct K7Config {
     typename Pipeline::SharedStorage pipeline_k, pipeline_v, pipeline_vt;
     typename QPipeline::SharedStorage q_pipeline;
     int q_tile_coord[3];  // (m_block, head, batch) of the tile in q, published with it
+    // kDynamic: the KV tiles the producer loaded in all, published with the end marker of the V
+    // ring (INT_MAX until then), so the transposers know that marker from a tile.
+    int v_tiles_total;
     uint8_t wait_order[kConsumerThreads];  // kWaitPvAfterMax: warpgroup_wait_after's slots
   };
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
@@ -161,7 +166,8 @@ struct K7Config {
     FwdProblem problem;
     sm90::TileTma<E, kBlockM, D> tma_q;
     sm90::TileTma<E, kBlockN, D> tma_k, tma_v;
-    int tile_group;
+    int tile_group;  // the scheduler's (head, batch) pairs per group (sm90::launch_persistent)
+    int* tile_plan;  // kDynamic: DynamicTileScheduler's counter
   };
 };
 
@@ -305,8 +311,14 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
                                                bc.head, q0);
 }
 
-// The producer's tile walk, shared by the TMA thread and the transposers: for every tile of this
-// CTA, its coordinates and KV tile count.
+// KV tiles Q tile bc visits (from the first: the plain and causal masks only cut the end).
+template <class Config>
+__device__ __forceinline__ int kv_tiles_of(const FwdProblem& p, const sm90::BlockCoord& bc) {
+  return sm90::AttentionMask::range(p, bc.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN).end;
+}
+
+// The static rounds' tile walk, shared by the TMA thread and the transposers: for every tile of
+// this CTA, its coordinates and KV tile count.
 template <class Config, class Fn>
 __device__ __forceinline__ void for_each_tile(const FwdProblem& p,
                                               const sm90::PersistentTileScheduler& scheduler,
@@ -315,12 +327,15 @@ __device__ __forceinline__ void for_each_tile(const FwdProblem& p,
     const int idx = scheduler.tile_index(round, blockIdx.x, gridDim.x);
     if (idx >= scheduler.tiles()) continue;
     const sm90::BlockCoord bc = scheduler.block_coord(idx);
-    fn(bc, sm90::AttentionMask::range(p, bc.m_block * Config::kBlockM, Config::kBlockM,
-                                      Config::kBlockN).end);
+    fn(bc, kv_tiles_of<Config>(p, bc));
   }
 }
 
-template <class Config>
+// kDynamic: the tiles are taken from a counter (sm90::DynamicTileScheduler: dense causal
+// problems with long rows, k7_launch.h: dynamic_tile_order) instead of the static snake rounds;
+// the producer ends the walk with markers through the Q stage (for the consumers) and the V ring
+// (for the transposers).
+template <class Config, bool kDynamic>
 __global__ void __launch_bounds__(Config::kThreads, 1)
     k7_forward_kernel(const __grid_constant__ typename Config::Params params) {
   constexpr int D = Config::kHeadDim;
@@ -329,12 +344,20 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   constexpr bool kPingPong = ping_pong(D);
   auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const FwdProblem& p = params.problem;
-  const sm90::PersistentTileScheduler scheduler(p, Config::kBlockM, params.tile_group);
+  using Scheduler = std::conditional_t<kDynamic, sm90::DynamicTileScheduler, sm90::PersistentTileScheduler>;
+  const Scheduler scheduler = [&] {
+    if constexpr (kDynamic) {
+      return Scheduler(params.tile_plan, p, Config::kBlockM, params.tile_group);
+    } else {
+      return Scheduler(p, Config::kBlockM, params.tile_group);
+    }
+  }();
   if (threadIdx.x == 0) {
     Pipeline::init(ss.pipeline_k, Config::kConsumerThreads);
     Pipeline::init(ss.pipeline_v, kTransposeThreads);
     Pipeline::init(ss.pipeline_vt, Config::kConsumerThreads, /*producer_arrivals=*/kTransposeThreads);
     QPipeline::init(ss.q_pipeline, Config::kConsumerThreads);
+    ss.v_tiles_total = INT_MAX;
   }
   __syncthreads();
 
@@ -345,7 +368,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       if (threadIdx.x != 0) return;
       typename Pipeline::State kv = Pipeline::producer_start();
       typename QPipeline::State q = QPipeline::producer_start();
-      for_each_tile<Config>(p, scheduler, [&](const sm90::BlockCoord& bc, int n_tiles) {
+      int kv_tiles = 0;
+      auto produce = [&](const sm90::BlockCoord& bc, int n_tiles) {
         sm90::load_q_stage_of<QPipeline, Config::kBlockM, D, typename Config::QLayout>(
             ss.q_pipeline, q, params.tma_q, ss.q, p, bc, ss.q_tile_coord);
         const int hk = bc.head / p.group_size();
@@ -356,25 +380,53 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
               ss.pipeline_v, kv, params.tma_v, ss.v[0], p, hk, bc.batch, tile);
           kv.advance();
         }
-      });
+        kv_tiles += n_tiles;
+      };
+      if constexpr (kDynamic) {
+        for (;;) {  // a tile once the Q stage is free (so a CTA asks when about to start one)
+          QPipeline::producer_wait_empty(ss.q_pipeline, q);
+          const int idx = sm90::producer_uniform(scheduler.fetch());
+          if (idx >= scheduler.tiles()) break;
+          const sm90::BlockCoord bc = scheduler.block_coord(idx);
+          produce(bc, kv_tiles_of<Config>(p, bc));
+        }
+        // The end markers: arrivals with no bytes, each with what tells it from a tile.
+        QPipeline::producer_acquire(ss.q_pipeline, q, 0, [&] { sm90::publish_end_of_tiles(ss.q_tile_coord); });
+        Pipeline::producer_acquire(ss.pipeline_v, kv, 0, [&] { ss.v_tiles_total = kv_tiles; });
+      } else {
+        for_each_tile<Config>(p, scheduler, produce);
+      }
     } else {  // warps 1-3: V ring -> Vt ring, tile by tile
       const int thread = threadIdx.x - 32;
       typename Pipeline::State in = Pipeline::consumer_start();
       typename Pipeline::State out = Pipeline::producer_start();
-      for_each_tile<Config>(p, scheduler, [&](const sm90::BlockCoord&, int n_tiles) {
-        for (int tile = 0; tile < n_tiles; ++tile) {
+      auto transpose = [&] {
+        Pipeline::producer_wait_empty(ss.pipeline_vt, out);
+        sm90::transpose_v_tile<Config::kBlockN, D, transpose_units_in_flight(D)>(
+            reinterpret_cast<const uint8_t*>(ss.v[in.index]),
+            reinterpret_cast<uint8_t*>(ss.vt[out.index]), thread, kTransposeThreads);
+        cutlass::arch::fence_view_async_shared();  // the stores, visible to WGMMA's reads
+        Pipeline::producer_commit(ss.pipeline_vt, out);
+        Pipeline::consumer_release(ss.pipeline_v, in);
+        in.advance();
+        out.advance();
+      };
+      if constexpr (kDynamic) {
+        // Until the V ring's end marker: the stage after the last tile. (A flag alone would not
+        // do: the producer may publish it while a transposer still waits for the last tile.)
+        for (int done = 0;; ++done) {
           Pipeline::consumer_wait(ss.pipeline_v, in);
-          Pipeline::producer_wait_empty(ss.pipeline_vt, out);
-          sm90::transpose_v_tile<Config::kBlockN, D, transpose_units_in_flight(D)>(
-              reinterpret_cast<const uint8_t*>(ss.v[in.index]),
-              reinterpret_cast<uint8_t*>(ss.vt[out.index]), thread, kTransposeThreads);
-          cutlass::arch::fence_view_async_shared();  // the stores, visible to WGMMA's reads
-          Pipeline::producer_commit(ss.pipeline_vt, out);
-          Pipeline::consumer_release(ss.pipeline_v, in);
-          in.advance();
-          out.advance();
+          if (done == *static_cast<volatile int*>(&ss.v_tiles_total)) break;
+          transpose();
         }
-      });
+      } else {
+        for_each_tile<Config>(p, scheduler, [&](const sm90::BlockCoord&, int n_tiles) {
+          for (int tile = 0; tile < n_tiles; ++tile) {
+            Pipeline::consumer_wait(ss.pipeline_v, in);
+            transpose();
+          }
+        });
+      }
     }
   } else {  // consumers
     cutlass::arch::warpgroup_reg_alloc<consumer_registers(D, Config::kConsumerWarpgroups)>();
@@ -383,10 +435,19 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     typename Pipeline::State kv = Pipeline::consumer_start();
     typename QPipeline::State q = QPipeline::consumer_start();
     turns.start();
-    for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
-      if (scheduler.tile_index(round, blockIdx.x, gridDim.x) >= scheduler.tiles()) continue;
-      consume_tile<Config, kPingPong>(params, ss, kv, q, turns, mma_thread);
-      q.advance();
+    if constexpr (kDynamic) {  // until the producer's end marker (consume_tile's wait then returns at once)
+      for (;;) {
+        QPipeline::consumer_wait(ss.q_pipeline, q);
+        if (sm90::is_end_of_tiles(ss.q_tile_coord)) break;
+        consume_tile<Config, kPingPong>(params, ss, kv, q, turns, mma_thread);
+        q.advance();
+      }
+    } else {
+      for (int round = 0; round < scheduler.rounds(gridDim.x); ++round) {
+        if (scheduler.tile_index(round, blockIdx.x, gridDim.x) >= scheduler.tiles()) continue;
+        consume_tile<Config, kPingPong>(params, ss, kv, q, turns, mma_thread);
+        q.advance();
+      }
     }
     turns.finish();
   }
@@ -396,8 +457,14 @@ template <typename T, int D, class Scales, int BlockN, int ConsumerWarpgroups>
 cudaError_t launch_tiles(const FwdProblem& p, cudaStream_t stream) {
   using Config = K7Config<T, D, Scales, BlockN, ConsumerWarpgroups>;
   static_assert(Config::kSmemBytes <= smem_bytes(D), "k7_launch.h's smem_bytes() must bound the kernel's");
-  return sm90::launch_persistent<Config>(k7_forward_kernel<Config>, Config::kThreads, /*element_bytes=*/1,
-                                         kL2GroupBytes, p, stream);
+  if (dynamic_tile_order(p)) {
+    return sm90::with_tile_counter(stream, [&](int* counter) {
+      return sm90::launch_persistent<Config>(k7_forward_kernel<Config, true>, Config::kThreads,
+                                             /*element_bytes=*/1, kL2GroupBytes, p, stream, counter);
+    });
+  }
+  return sm90::launch_persistent<Config>(k7_forward_kernel<Config, false>, Config::kThreads,
+                                         /*element_bytes=*/1, kL2GroupBytes, p, stream);
 }
 
 template <typename T, int D, class Scales>

@@ -52,6 +52,14 @@ inline bool wide_kv_tile(const FwdProblem& p) {
 }
 constexpr int max_block_n(int head_dim) { return head_dim == 128 ? kWideBlockN : kBlockN; }
 
+// Dense causal problems from these query lengths take their tiles dynamically in head groups
+// sized to L2 (sm90::DynamicTileScheduler), the rule k6 measured (k6_launch.h:
+// dynamic_order_min_seqlen_q); shorter ones walk the static snake rounds. FP8 K/V are half the
+// bytes, so twice the heads share a group.
+inline bool dynamic_tile_order(const FwdProblem& p) {
+  return p.causal && p.seqlen_q >= (p.head_dim <= 128 ? 2048 : 4096);
+}
+
 // Consumer warpgroups, each 64 rows of the Q tile: three at d = 64 (192-row Q tiles of 128 keys,
 // as FlashAttention-3 has at d = 64): k7 measured +6-15% non-causal and +4-12% causal from 2k
 // keys over two warpgroups with 256-key tiles (WORKLOG, K7 fourth pass), -3% at causal 1k keys,
