@@ -306,17 +306,19 @@ TEST_P(Fp8ThreeConsumerWarpgroups, MatchReference) {
   }
 }
 
-// k7's and k8's dynamic tile order (k7_launch.h, dynamic_tile_order: long causal rows), in which
-// the producer also ends the transposers' walk with a marker through the V ring: every compiled
-// head dim, seqlen_q != seqlen_k both ways (fewer keys: whole Q tiles with no KV tile, so a CTA's
-// V ring may see no tile before the marker), GQA 3:1, two heads' groups.
+// k7's and k8's dynamic tile order (k7_launch.h, dynamic_tile_order: long causal rows at d = 64
+// and 256), in which the producer also ends the transposers' walk with a marker through the V
+// ring: seqlen_q != seqlen_k both ways (fewer keys: whole Q tiles with no KV tile, so a CTA's V
+// ring may see no tile before the marker), GQA 3:1, two heads' groups.
 class Fp8DynamicTileOrder : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Fp8DynamicTileOrder, MatchReference) {
   HFA_SKIP_WITHOUT_GPU();
   int ran = 0;
   for (int d : compiled_head_dims()) {
-    const int seqlen_q = (d <= 128 ? 2048 : 4096) + 77;
+    const int from = k7::dynamic_order_min_seqlen_q(d);
+    if (from == 0) continue;  // this head dim keeps the static rounds
+    const int seqlen_q = from + 77;
     for (int seqlen_k : {seqlen_q + 300, seqlen_q / 3}) {
       const Fp8Case cs{d, 2, seqlen_q, seqlen_k, 6, 2, true, 0.f};
       const check::Config c = cs.config(GetParam());
@@ -326,6 +328,7 @@ TEST_P(Fp8DynamicTileOrder, MatchReference) {
       ++ran;
     }
   }
+  if (ran == 0) GTEST_SKIP() << "no compiled head dim takes the dynamic order";
 }
 
 std::vector<std::string> fp8_kernel_names() {

@@ -19,8 +19,6 @@
 // O is stored from registers (K6's staging through shared memory is not built here yet).
 #pragma once
 
-#include <climits>
-
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
@@ -155,9 +153,9 @@ struct K7Config {
     typename Pipeline::SharedStorage pipeline_k, pipeline_v, pipeline_vt;
     typename QPipeline::SharedStorage q_pipeline;
     int q_tile_coord[3];  // (m_block, head, batch) of the tile in q, published with it
-    // kDynamic: the KV tiles the producer loaded in all, published with the end marker of the V
-    // ring (INT_MAX until then), so the transposers know that marker from a tile.
-    int v_tiles_total;
+    // kDynamic: per V ring stage, 1 if it holds the end marker, 0 if a tile (published with it,
+    // so the transposers tell the marker from a tile).
+    int v_stage_is_end[kStages];
     uint8_t wait_order[kConsumerThreads];  // kWaitPvAfterMax: warpgroup_wait_after's slots
   };
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
@@ -357,7 +355,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     Pipeline::init(ss.pipeline_v, kTransposeThreads);
     Pipeline::init(ss.pipeline_vt, Config::kConsumerThreads, /*producer_arrivals=*/kTransposeThreads);
     QPipeline::init(ss.q_pipeline, Config::kConsumerThreads);
-    ss.v_tiles_total = INT_MAX;
   }
   __syncthreads();
 
@@ -368,7 +365,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       if (threadIdx.x != 0) return;
       typename Pipeline::State kv = Pipeline::producer_start();
       typename QPipeline::State q = QPipeline::producer_start();
-      int kv_tiles = 0;
       auto produce = [&](const sm90::BlockCoord& bc, int n_tiles) {
         sm90::load_q_stage_of<QPipeline, Config::kBlockM, D, typename Config::QLayout>(
             ss.q_pipeline, q, params.tma_q, ss.q, p, bc, ss.q_tile_coord);
@@ -376,11 +372,16 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         for (int tile = 0; tile < n_tiles; ++tile) {
           sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
               ss.pipeline_k, kv, params.tma_k, ss.k[0], p, hk, bc.batch, tile);
-          sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
-              ss.pipeline_v, kv, params.tma_v, ss.v[0], p, hk, bc.batch, tile);
+          if constexpr (kDynamic) {
+            sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
+                ss.pipeline_v, kv, params.tma_v, ss.v[0], p, hk, bc.batch, tile, 0,
+                [&] { ss.v_stage_is_end[kv.index] = 0; });
+          } else {
+            sm90::load_ring_tile<Pipeline, Config::kBlockN, D, typename Config::KVLayout>(
+                ss.pipeline_v, kv, params.tma_v, ss.v[0], p, hk, bc.batch, tile);
+          }
           kv.advance();
         }
-        kv_tiles += n_tiles;
       };
       if constexpr (kDynamic) {
         for (;;) {  // a tile once the Q stage is free (so a CTA asks when about to start one)
@@ -392,7 +393,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         }
         // The end markers: arrivals with no bytes, each with what tells it from a tile.
         QPipeline::producer_acquire(ss.q_pipeline, q, 0, [&] { sm90::publish_end_of_tiles(ss.q_tile_coord); });
-        Pipeline::producer_acquire(ss.pipeline_v, kv, 0, [&] { ss.v_tiles_total = kv_tiles; });
+        Pipeline::producer_acquire(ss.pipeline_v, kv, 0, [&] { ss.v_stage_is_end[kv.index] = 1; });
       } else {
         for_each_tile<Config>(p, scheduler, produce);
       }
@@ -412,11 +413,12 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         out.advance();
       };
       if constexpr (kDynamic) {
-        // Until the V ring's end marker: the stage after the last tile. (A flag alone would not
-        // do: the producer may publish it while a transposer still waits for the last tile.)
-        for (int done = 0;; ++done) {
+        // Until the V ring's end marker, the stage after the last tile. (Its flag is per stage
+        // and published with the stage: one flag for the ring would be written while a slower
+        // transposer may still read it for the last tile, a race though a harmless one.)
+        for (;;) {
           Pipeline::consumer_wait(ss.pipeline_v, in);
-          if (done == *static_cast<volatile int*>(&ss.v_tiles_total)) break;
+          if (ss.v_stage_is_end[in.index]) break;
           transpose();
         }
       } else {
@@ -457,11 +459,13 @@ template <typename T, int D, class Scales, int BlockN, int ConsumerWarpgroups>
 cudaError_t launch_tiles(const FwdProblem& p, cudaStream_t stream) {
   using Config = K7Config<T, D, Scales, BlockN, ConsumerWarpgroups>;
   static_assert(Config::kSmemBytes <= smem_bytes(D), "k7_launch.h's smem_bytes() must bound the kernel's");
-  if (dynamic_tile_order(p)) {
-    return sm90::with_tile_counter(stream, [&](int* counter) {
-      return sm90::launch_persistent<Config>(k7_forward_kernel<Config, true>, Config::kThreads,
-                                             /*element_bytes=*/1, kL2GroupBytes, p, stream, counter);
-    });
+  if constexpr (dynamic_order_min_seqlen_q(D) > 0) {
+    if (dynamic_tile_order(p)) {
+      return sm90::with_tile_counter(stream, [&](int* counter) {
+        return sm90::launch_persistent<Config>(k7_forward_kernel<Config, true>, Config::kThreads,
+                                               /*element_bytes=*/1, kL2GroupBytes, p, stream, counter);
+      });
+    }
   }
   return sm90::launch_persistent<Config>(k7_forward_kernel<Config, false>, Config::kThreads,
                                          /*element_bytes=*/1, kL2GroupBytes, p, stream);

@@ -53,11 +53,17 @@ inline bool wide_kv_tile(const FwdProblem& p) {
 constexpr int max_block_n(int head_dim) { return head_dim == 128 ? kWideBlockN : kBlockN; }
 
 // Dense causal problems from these query lengths take their tiles dynamically in head groups
-// sized to L2 (sm90::DynamicTileScheduler), the rule k6 measured (k6_launch.h:
-// dynamic_order_min_seqlen_q); shorter ones walk the static snake rounds. FP8 K/V are half the
-// bytes, so twice the heads share a group.
+// sized to L2 (sm90::DynamicTileScheduler, as k6 does: k6_launch.h); the others walk the static
+// snake rounds. 0: never. Measured on the H100 against the static rounds (two rounds, 16k tokens,
+// 2048 / d heads; WORKLOG, "Dense causal in the dynamic order"): d = 64 +1.0-1.8% at 2k, 0 at 4k,
+// +3.3% at 8k, 0 at 16k; d = 256 +1.7-1.9% at 4k, +0.3-0.8% from 8k; d = 128 (192-key tiles
+// from 4k) 2-5% slower at every length from 2k, so not there.
+constexpr int dynamic_order_min_seqlen_q(int head_dim) {
+  return head_dim == 64 ? 2048 : head_dim == 256 ? 4096 : 0;
+}
 inline bool dynamic_tile_order(const FwdProblem& p) {
-  return p.causal && p.seqlen_q >= (p.head_dim <= 128 ? 2048 : 4096);
+  const int from = dynamic_order_min_seqlen_q(p.head_dim);
+  return p.causal && from > 0 && p.seqlen_q >= from;
 }
 
 // Consumer warpgroups, each 64 rows of the Q tile: three at d = 64 (192-row Q tiles of 128 keys,

@@ -104,14 +104,16 @@ __device__ void load_kv_tiles(typename Pipeline::SharedStorage& pipeline,
 // K and V in separate rings so that K_j can be released as soon as S_j = Q K_j^T has landed,
 // while V_j is still needed). Does not advance `state`: the K and V rings move together.
 // row_offset: a variable-length sequence's first key (load_tile); its b is then 0.
-template <class Pipeline, int BlockN, int D, class KVLayout, class Tma, class Element>
+// fill_stage: shared-memory writes published with the tile (TmaPipeline::producer_acquire).
+template <class Pipeline, int BlockN, int D, class KVLayout, class Tma, class Element,
+          class Fill = NoStageFill>
 __device__ void load_ring_tile(typename Pipeline::SharedStorage& pipeline,
                                const typename Pipeline::State& state, const Tma& tma,
                                Element* ring, const FwdProblem& p, int hk, int b, int tile,
-                               int row_offset = 0) {
+                               int row_offset = 0, const Fill& fill_stage = Fill{}) {
   using namespace cute;
   constexpr int kStageElems = BlockN * D;
-  Pipeline::producer_acquire(pipeline, state, kStageElems * sizeof(Element));
+  Pipeline::producer_acquire(pipeline, state, kStageElems * sizeof(Element), fill_stage);
   load_tile<BlockN, D>(tma, Pipeline::full_barrier(pipeline, state),
                        make_tensor(make_smem_ptr(ring + state.index * kStageElems), KVLayout{}),
                        p.k_rows(), p.heads_kv, p.tma_batch(), hk, b, tile, row_offset);
