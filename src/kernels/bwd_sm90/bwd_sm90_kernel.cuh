@@ -68,7 +68,7 @@ constexpr int kDqStageBarrier = 1;  // + warpgroup, and + 2 + warpgroup
 template <typename T, int D>
 struct BwdConfig {
   using E = typename sm90::CutlassElement<T>::type;
-  static constexpr int kBlockM = block_m(D), kBlockN = bwd_sm90::kBlockN, kStages = bwd_sm90::kStages;
+  static constexpr int kBlockM = block_m(D), kBlockN = bwd_sm90::kBlockN, kStages = stages(D);
   static constexpr int kHeadDim = D;
   using QLayout = sm90::TileLayout<E, kBlockM, D>;         // Q_i, dO_i (query x d)
   using KVLayout = sm90::TileLayout<E, kBlockN, D>;        // K_j, V_j (key x d)

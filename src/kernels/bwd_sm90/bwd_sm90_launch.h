@@ -11,27 +11,30 @@ namespace hfa::bwd_sm90 {
 
 // One CTA per (KV block of kBlockN keys, KV head, batch): two consumer warpgroups own 64 keys
 // each (WGMMA's M), and the CTA walks Q blocks of block_m(D) rows (WGMMA's N for S^T and dP^T,
-// its K for dK and dV) through a kStages-deep ring. d = 256 has no shape yet: dK and dV of
+// its K for dK and dV) through a stages(D)-deep ring. d = 256 has no shape yet: dK and dV of
 // 64 keys x 256 columns would take 256 of a consumer's 240 registers (FlashAttention-3 runs it
 // with 64-key blocks and dK/dV computed transposed); the "auto" backward uses fa2 there.
 constexpr int kBlockN = 128;
-constexpr int kStages = 2;
+// The Q / dO ring's depth: at d = 64 a Q block's five GEMMs take about 1.7 us on an SM, about
+// one L2 round trip of its 16 KB of Q and dO, so two stages leave the producer little lead; the
+// 227 KB of shared memory hold four there. d = 128 (twice the time per block) has room for two.
+constexpr int stages(int head_dim) { return head_dim <= 64 ? 4 : 2; }
 // 64-query blocks at every head dim: 128 at d = 64 (FA2's +13% there) spilled 30-50 registers
 // per consumer thread (S^T, dP^T 64 each, P and dS^T in bf16 32 each, dK and dV 32 each, dQ 32),
 // also with dS^T computed before dV's GEMM is issued.
 constexpr int block_m(int /*head_dim*/) { return 64; }
 constexpr bool has_shape(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
-// Shared memory of a shape: K and V, kStages x (Q, dO), two dS^T buffers (bf16/fp16), the staged
-// dQ block (fp32), kStages x the row statistics, 1 KB of barriers and 1 KB of alignment slack.
+// Shared memory of a shape: K and V, stages x (Q, dO), two dS^T buffers (bf16/fp16), the staged
+// dQ block (fp32), stages x the row statistics, 1 KB of barriers and 1 KB of alignment slack.
 constexpr size_t smem_bytes(int head_dim) {
-  const size_t m = block_m(head_dim), d = head_dim;
+  const size_t m = block_m(head_dim), d = head_dim, st = stages(head_dim);
   return has_shape(head_dim)
-             ? (2 * kBlockN * d + kStages * 2 * m * d + 2 * kBlockN * m) * 2 + m * d * 4 +
-                   kStages * m * 8 + 2048
+             ? (2 * kBlockN * d + st * 2 * m * d + 2 * kBlockN * m) * 2 + m * d * 4 + st * m * 8 + 2048
              : 0;
 }
-static_assert(smem_bytes(128) <= 232448, "bwd_sm90's d = 128 shape exceeds 227 KB of shared memory");
+static_assert(smem_bytes(64) <= 232448 && smem_bytes(128) <= 232448,
+              "a bwd_sm90 shape exceeds 227 KB of shared memory");
 
 template <typename T, int D>
 cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream);  // bwd_sm90_hdim<D>.cu
