@@ -418,7 +418,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         // transposer may still read it for the last tile, a race though a harmless one.)
         for (;;) {
           Pipeline::consumer_wait(ss.pipeline_v, in);
-          if (ss.v_stage_is_end[in.index]) break;
+          // (From lane 0: a warp-uniform exit, as sm90::is_end_of_tiles.)
+          if (__shfl_sync(0xffffffffu, ss.v_stage_is_end[in.index], 0)) break;
           transpose();
         }
       } else {

@@ -78,8 +78,15 @@ __device__ __forceinline__ BlockCoord published_tile(const int (&coord)[3]) {
 __device__ __forceinline__ int producer_uniform(int x) { return __shfl_sync(1u, x, 0); }
 
 // A dynamically scheduled kernel's last Q stage carries no tile but this marker (m_block -1).
+// The check takes the value from lane 0 (every lane of the warp must call it), so ptxas can prove
+// the loop it ends warp-uniform: read per lane, the consumers' whole tile loop counted as
+// divergent, and ptxas built every WGMMA descriptor in ordinary registers and moved it with R2UR
+// (k6 d = 256 causal, dynamic order: 4 R2UR, 2 IMAD and 2 VIADD per HGMMA, 9% more instructions
+// than the static rounds' kernel; ncu, WORKLOG session 29).
 __device__ __forceinline__ void publish_end_of_tiles(int (&coord)[3]) { coord[0] = -1; }
-__device__ __forceinline__ bool is_end_of_tiles(const int (&coord)[3]) { return coord[0] < 0; }
+__device__ __forceinline__ bool is_end_of_tiles(const int (&coord)[3]) {
+  return __shfl_sync(0xffffffffu, coord[0], 0) < 0;
+}
 
 // K and V tile `tile` of (batch b, KV head hk) into the ring stage `state` points at, once that
 // stage is empty; one full barrier expects both tiles' bytes. Advances `state`.
