@@ -56,8 +56,10 @@ constexpr int max_block_n(int head_dim) { return head_dim == 128 ? kWideBlockN :
 // sized to L2 (sm90::DynamicTileScheduler, as k6 does: k6_launch.h); the others walk the static
 // snake rounds. 0: never. Measured on the H100 against the static rounds (two rounds, 16k tokens,
 // 2048 / d heads; WORKLOG, "Dense causal in the dynamic order"): d = 64 +1.0-1.8% at 2k, 0 at 4k,
-// +3.3% at 8k, 0 at 16k; d = 256 +1.7-1.9% at 4k, +0.3-0.8% from 8k; d = 128 (192-key tiles
-// from 4k) 2-5% slower at every length from 2k, so not there.
+// +3.3% at 8k, 0 at 16k, and another +0.5-2.6% once the loops' exit was warp-uniform
+// (sm90::is_end_of_tiles); d = 256 +1.7-1.9% at 4k, +0.3-0.8% from 8k (then -0.1 to -0.9%);
+// d = 128 (192-key tiles from 4k) 2-5% slower at every length from 2k, and still 1-4% slower with
+// the uniform exit, so not there.
 constexpr int dynamic_order_min_seqlen_q(int head_dim) {
   return head_dim == 64 ? 2048 : head_dim == 256 ? 4096 : 0;
 }
