@@ -21,17 +21,17 @@ BEGIN, END = "<!-- status-table:begin -->", "<!-- status-table:end -->"
 
 # (what, file in docs/results, hfa impl, peers (best of, per configuration), row kind)
 HEADLINES = [
-    ("forward, bf16 (auto)", "2026-11-26-h100-peers-auto-b4d329e.json", "auto", ["cudnn"], "fwd"),
-    ("forward, bf16 (auto)", "2026-11-26-h100-peers-auto-b4d329e.json", "auto", ["fa3"], "fwd"),
+    ("forward, bf16 (auto)", "2026-11-26-h100-peers-auto-ce5400e.json", "auto", ["cudnn"], "fwd"),
+    ("forward, bf16 (auto)", "2026-11-26-h100-peers-auto-ce5400e.json", "auto", ["fa3"], "fwd"),
     ("backward, bf16 (bwd_sm90)", "2026-11-24-h100-peers-bwd-sm90-bc930cc.json", "bwd_sm90", ["cudnn"], "bwd"),
     ("backward, deterministic", "2026-11-24-h100-peers-bwd-deterministic-bc930cc.json",
      "bwd_sm90_deterministic", ["cudnn"], "bwd"),
     ("training step (fwd + bwd)", "2026-11-24-h100-peers-step-bc930cc.json", "hfa", ["cudnn"], "step"),
-    ("forward, variable-length batches (k6)", "2026-11-26-h100-varlen-peers-b4d329e.json", "k6", ["fa3"], "fwd_varlen"),
+    ("forward, variable-length batches (k6)", "2026-11-26-h100-varlen-peers-ce5400e.json", "k6", ["fa3"], "fwd_varlen"),
     ("backward, variable-length batches (bwd_sm90)", "2026-11-24-h100-varlen-bwd-a6a911c.json", "bwd_sm90",
      ["sdpa_flash"], "bwd_varlen"),
-    ("FP8 forward (k7)", "2026-11-26-h100-peers-k7-k8-fp8-b4d329e.json", "k7", ["fa3_fp8"], "fwd"),
-    ("FP8 forward, block scales (k8)", "2026-11-26-h100-peers-k7-k8-fp8-b4d329e.json", "k8", ["fa3_fp8"], "fwd"),
+    ("FP8 forward (k7)", "2026-11-26-h100-peers-k7-k8-fp8-ce5400e.json", "k7", ["fa3_fp8"], "fwd"),
+    ("FP8 forward, block scales (k8)", "2026-11-26-h100-peers-k7-k8-fp8-ce5400e.json", "k8", ["fa3_fp8"], "fwd"),
     ("decode, bf16 cache", "2026-11-24-h100-decode-peers-e4m3-d941eca.json", "decode", ["cudnn", "fa3"], "decode"),
     ("decode, bf16 paged cache", "2026-11-24-h100-decode-peers-e4m3-d941eca.json", "decode_paged",
      ["cudnn", "fa3"], "decode"),
