@@ -16,6 +16,8 @@
 //     K8 is this kernel with the BlockDescale policy: a descale per 128-row Q tile and per 128
 //     keys, so the scores' scale changes from KV tile to KV tile; the softmax keeps its running
 //     max scaled (OnlineSoftmax's kTileFactor) and still folds the scale into exp2's FFMA.
+// Long causal rows at d = 64 and 256 take their tiles dynamically in L2-sized head groups, as K6's
+// (kDynamic; k7_launch.h: dynamic_tile_order).
 // O is stored from registers (K6's staging through shared memory is not built here yet).
 #pragma once
 
