@@ -11,6 +11,7 @@
 
 #include "check/check.h"
 #include "gpu_test_util.h"
+#include "kernels/k6/k6_launch.h"
 
 namespace hfa::testing {
 namespace {
@@ -96,6 +97,31 @@ TEST_P(ForwardVariants, MatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(VariantKernels, ForwardVariants, ::testing::ValuesIn(params_for(list_kernels())),
                          variant_param_name);
+
+// Softcap on long causal rows, where k6 takes its tiles in the dynamic order (k6_launch.h:
+// dynamic_tile_order): every kernel with softcap, every compiled head dim, seqlen_q != seqlen_k
+// both ways, GQA 3:1, Gemma 2's cap.
+TEST(ForwardVariantsLongCausal, SoftcapMatchesReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  int ran = 0;
+  for (const KernelInfo& k : list_kernels()) {
+    if (!k.softcap) continue;
+    for (int d : compiled_head_dims()) {
+      const int seqlen_q = k6::dynamic_order_min_seqlen_q(d) + 77;
+      for (int seqlen_k : {seqlen_q + 300, seqlen_q / 2}) {
+        check::Config c = matrix_config({k.name, d, /*causal=*/true, DType::kBF16}, ShapeCase{2, seqlen_q, seqlen_k, 6, 2});
+        c.softcap = 50.f;
+        check::CheckResult r;
+        const Status st = check::run_check(c, 77 + d + ran, /*max_rows=*/512, &r);
+        if (st.code == StatusCode::kUnsupported) continue;  // e.g. a kernel without this head dim
+        ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
+        EXPECT_TRUE(r.pass) << c.describe() << ": " << r.message;
+        ++ran;
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no kernel of this build takes softcap";
+}
 
 // The checker has teeth for each variant: a kernel that ignored it (the launch without it,
 // while the reference applies it) fails.

@@ -440,8 +440,8 @@ cudaError_t launch_config(const FwdProblem& p, cudaStream_t stream) {
       return sm90::launch_persistent<Config>(kernel, threads(Config::kConsumerWarpgroups), sizeof(T),
                                              kL2GroupBytes, p, stream, plan);
     });
-  } else if constexpr (V == Variant::kFull && std::is_same_v<Mask, sm90::AttentionMask> &&
-                       std::is_same_v<Score, sm90::PlainScore>) {  // (else: not in the varlen TUs)
+  } else if constexpr (V == Variant::kFull && std::is_same_v<Mask, sm90::AttentionMask>) {
+    // (else: not instantiated in the varlen TUs)
     if (dynamic_tile_order(p)) {
       auto* dynamic = k6_forward_kernel<T, Config, V, false, Mask, Score, true>;
       return sm90::with_tile_counter(stream, [&](int* counter) {

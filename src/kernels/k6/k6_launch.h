@@ -60,8 +60,10 @@ constexpr bool intra_warpgroup_overlap(int head_dim, int consumer_warpgroups) {
 // walk the static snake rounds. Measured against the static rounds on the H100 (same binary, two
 // rounds, 16k tokens, 16 heads; WORKLOG, "Dense causal in the dynamic order"): d = 64 -2% at 1k,
 // +4.5 / +6 / +1.4 / +1.2% at 2k / 4k / 8k / 16k; d = 128 -2% at 1k, +0.8 / +1.5 / +3.7 / +4.5%;
-// d = 256 -1% at 1k, -4% at 2k, +1.8 / +4.6 / +5.2% from 4k. The plain score only: with softcap
-// (bound by its tanh, not by L2) the dynamic order measured 2-4% slower at d = 128.
+// d = 256 -1% at 1k, -4% at 2k, +1.8 / +4.6 / +5.2% from 4k -- all before the loop's exit was
+// made warp-uniform (sm90::is_end_of_tiles), which added 1-3% at d = 64 and 256. With softcap
+// (window problems keep the static rounds): first 2-4% slower, then, with the uniform exit,
+// +0.2-1.6% at d = 128 and +1.4-3.2% at d = 256 from 4k.
 constexpr int dynamic_order_min_seqlen_q(int head_dim) { return head_dim <= 128 ? 2048 : 4096; }
 inline bool dynamic_tile_order(const FwdProblem& p) {
   return p.causal && !p.varlen() && p.seqlen_q >= dynamic_order_min_seqlen_q(p.head_dim);
