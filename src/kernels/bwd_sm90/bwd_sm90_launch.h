@@ -15,9 +15,10 @@ namespace hfa::bwd_sm90 {
 // 64 keys x 256 columns would take 256 of a consumer's 240 registers (FlashAttention-3 runs it
 // with 64-key blocks and dK/dV computed transposed); the "auto" backward uses fa2 there.
 constexpr int kBlockN = 128;
-// The Q / dO ring's depth: at d = 64 a Q block's five GEMMs take about 1.7 us on an SM, about
-// one L2 round trip of its 16 KB of Q and dO, so two stages leave the producer little lead; the
-// 227 KB of shared memory hold four there. d = 128 (twice the time per block) has room for two.
+// The Q / dO ring's depth: four at d = 64 (a Q block's five GEMMs take about 1.7 us on an SM, near
+// an L2 round trip for its 16 KB of Q and dO), where 227 KB hold them; two at d = 128, where they do
+// not. Measured at d = 64 against two (H100, WORKLOG "bwd_sm90"): 1.006x, +1.5-2.2% at 512 and 1k
+// keys, 0 from 4k -- so the loads were not what limits d = 64.
 constexpr int stages(int head_dim) { return head_dim <= 64 ? 4 : 2; }
 // 64-query blocks at every head dim: 128 at d = 64 (FA2's +13% there) spilled 30-50 registers
 // per consumer thread (S^T, dP^T 64 each, P and dS^T in bf16 32 each, dK and dV 32 each, dQ 32),
