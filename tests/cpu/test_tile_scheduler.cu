@@ -27,6 +27,14 @@ FwdProblem problem(int batch, int heads, int seqlen) {
   return p;
 }
 
+// Whether c is a tile of p (m_blocks Q tiles per pair) not yet in `seen`; adds it.
+bool in_range_first_time(const FwdProblem& p, int m_blocks, const BlockCoord& c,
+                         std::set<std::tuple<int, int, int>>* seen) {
+  const bool in_range = c.m_block >= 0 && c.m_block < m_blocks && c.head >= 0 && c.head < p.heads_q &&
+                        c.batch >= 0 && c.batch < p.batch;
+  return in_range && seen->insert({c.m_block, c.head, c.batch}).second;
+}
+
 void expect_valid_order(const FwdProblem& p, int group) {
   const PersistentTileScheduler s(p, 128, group);
   const int m_blocks = (p.seqlen_q + 127) / 128;
@@ -35,10 +43,7 @@ void expect_valid_order(const FwdProblem& p, int group) {
   int prev_group = -1, prev_m = 0;
   for (int idx = 0; idx < s.tiles(); ++idx) {
     const BlockCoord c = s.block_coord(idx);
-    ASSERT_TRUE(c.m_block >= 0 && c.m_block < m_blocks && c.head >= 0 && c.head < p.heads_q &&
-                c.batch >= 0 && c.batch < p.batch)
-        << "idx " << idx;
-    EXPECT_TRUE(seen.insert({c.m_block, c.head, c.batch}).second) << "idx " << idx << " twice";
+    ASSERT_TRUE(in_range_first_time(p, m_blocks, c, &seen)) << "idx " << idx;
     const int g = (c.batch * p.heads_q + c.head) / group;
     EXPECT_GE(g, prev_group) << "groups must not interleave, idx " << idx;
     if (g == prev_group) EXPECT_LE(c.m_block, prev_m) << "not longest-first, idx " << idx;
@@ -113,10 +118,7 @@ void expect_valid_dynamic_order(const FwdProblem& p, int group) {
   int prev_m = m_blocks;
   for (int idx = 0; idx < s.tiles(); ++idx) {
     const BlockCoord c = s.block_coord(idx);
-    ASSERT_TRUE(c.m_block >= 0 && c.m_block < m_blocks && c.head >= 0 && c.head < p.heads_q &&
-                c.batch >= 0 && c.batch < p.batch)
-        << "idx " << idx;
-    EXPECT_TRUE(seen.insert({c.m_block, c.head, c.batch}).second) << "idx " << idx << " twice";
+    ASSERT_TRUE(in_range_first_time(p, m_blocks, c, &seen)) << "idx " << idx;
     if (c.m_block > prev_m) runs.emplace_back();  // a new group starts at its longest tiles
     prev_m = c.m_block;
     const int pair = c.batch * p.heads_q + c.head;
@@ -271,24 +273,22 @@ void expect_order(const std::vector<BlockCoord>& got, const std::vector<BlockCoo
   }
 }
 
-TEST(VarlenTileScheduler, OneGroupTakesTheHeadsOfAnEntryTogether) {
+// Each grouping of a plan's heads gives expected_order's sequence: four sequences of 3, 1, 5 and
+// 2 Q tiles ranked 2, 0, 3, 1.
+TEST(VarlenTileScheduler, EachGroupingGivesItsOrder) {
   const std::vector<int> tiles = {3, 1, 5, 2}, ranks = {2, 0, 3, 1};
-  HostPlan h = make_plan(tiles, ranks, 4);
-  expect_order(expect_each_pair_once(h, tiles, 4), expected_order(tiles, ranks, 4, 4));
-  expect_order(expect_each_pair_once(h, tiles, 9), expected_order(tiles, ranks, 4, 4));
-}
-
-TEST(VarlenTileScheduler, GroupsOfOneTakeEachHeadsTilesTogether) {
-  const std::vector<int> tiles = {3, 1, 5, 2}, ranks = {2, 0, 3, 1};
-  HostPlan h = make_plan(tiles, ranks, 4);
-  expect_order(expect_each_pair_once(h, tiles, 1), expected_order(tiles, ranks, 4, 1));
-}
-
-TEST(VarlenTileScheduler, GroupsOfHeadsWithASmallerFirstOne) {
-  const std::vector<int> tiles = {3, 1, 5, 2}, ranks = {2, 0, 3, 1};
-  HostPlan h = make_plan(tiles, ranks, 5);
-  expect_order(expect_each_pair_once(h, tiles, 2), expected_order(tiles, ranks, 5, 2));
-  expect_order(expect_each_pair_once(h, tiles, 3), expected_order(tiles, ranks, 5, 3));
+  const struct { int heads, per_group, as_per_group; const char* what; } cases[] = {
+      {4, 4, 4, "one group: the heads of an entry together"},
+      {4, 9, 4, "a group larger than the heads is one group"},
+      {4, 1, 1, "groups of one: each head's tiles together (the order without the causal mask)"},
+      {5, 2, 2, "groups of two, the smaller (one head) first"},
+      {5, 3, 3, "groups of three, the smaller (two heads) first"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    HostPlan h = make_plan(tiles, ranks, c.heads);
+    expect_order(expect_each_pair_once(h, tiles, c.per_group), expected_order(tiles, ranks, c.heads, c.as_per_group));
+  }
 }
 
 TEST(VarlenTileScheduler, ACutPlanStillMapsEachEntryOnce) {
