@@ -110,9 +110,7 @@ GRAD_CASES = [
 ]
 
 
-# d = 256: fa2 (bwd_sm90 has no shape there), which takes no window, softcap or sinks.
-GRAD_PARAMS = [(c, d) for c in GRAD_CASES for d in (64, 128, 256)
-               if d != 256 or (c["window"] == (-1, -1) and not c["softcap"] and not c["sinks"])]
+GRAD_PARAMS = [(c, d) for c in GRAD_CASES for d in (64, 128, 256)]
 
 
 @pytest.mark.parametrize("case,d", GRAD_PARAMS,
@@ -190,14 +188,14 @@ def test_opcheck_autograd():
                           test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
 
 
-def test_backward_variant_at_a_head_dim_without_a_kernel_is_refused_by_name():
-    # d = 256 with softcap: bwd_sm90 has no shape there and fa2 takes no softcap.
+def test_deterministic_backward_variant_at_a_head_dim_without_a_kernel_is_refused_by_name():
+    # d = 256, deterministic, with softcap: bwd_sm90 has no deterministic mode there and fa2
+    # takes no softcap.
     q, k, v, cu, _ = _packed([64, 30], [64, 30], 2, 2, 256, torch.bfloat16, seed=4)
     q.requires_grad_()
-    out = hfa.attention_varlen(q, k, v, cu, cu, 64, 64, softcap=5.0)
+    out = hfa.attention_varlen(q, k, v, cu, cu, 64, 64, softcap=5.0, deterministic=True)
     with pytest.raises(ValueError) as e:
         out.sum().backward()
     for words in ('softcap: kernel "fa2" does not support',
-                  'head_dim: kernel "bwd_sm90" has no shape for head_dim 256',
-                  "no backward kernel takes them at this head_dim yet"):
+                  'deterministic: kernel "bwd_sm90" has no deterministic mode at head_dim 256'):
         assert words in str(e.value)

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "kernels/bwd_sm90/bwd_sm90_split_keys.cuh"
 #include "kernels/common/backward_passes.cuh"
 #include "kernels/sm90/common/fp8_pv.cuh"
 #include "kernels/sm90/common/staged_output.cuh"
@@ -225,6 +226,27 @@ TEST(Sm90Layouts, DqStageXorFormMatchesOffsets) {
   expect_dq_stage_forms_match<64, 64>();
   expect_dq_stage_forms_match<64, 128>();
   expect_dq_stage_forms_match<128, 256>();
+}
+
+// bwd_sm90 at d = 256 (bwd_sm90_split_keys.cuh): the (64 x 64) P / dS tile that dQ reads whole is
+// the two warpgroups' (64 x 32) halves side by side, each where that warpgroup writes it and reads
+// it back transposed (key x query) for dV^T and dK^T.
+TEST(Sm90Layouts, SplitKeysHalvesMakeTheWholeTile) {
+  using Config = hfa::bwd_sm90::SplitKeysConfig<__nv_bfloat16>;
+  using E = Config::E;
+  constexpr int kRows = Config::kBlockM, kKeys = Config::kKeysPerWarpgroup;
+  alignas(1024) static E smem[Config::kBlockM * Config::kBlockN];
+  auto whole = cute::make_tensor(cute::make_smem_ptr(smem), Config::PdSLayout{});
+  for (int w = 0; w < 2; ++w) {
+    auto half = cute::make_tensor(cute::make_smem_ptr(smem + w * kRows * kKeys), Config::HalfLayout{});
+    auto view = cute::make_tensor(cute::make_smem_ptr(smem + w * kRows * kKeys), Config::HalfViewLayout{});
+    for (int row = 0; row < kRows; ++row)
+      for (int key = 0; key < kKeys; ++key) {
+        const E* in_whole = cute::raw_pointer_cast(&whole(row, w * kKeys + key));
+        ASSERT_EQ(in_whole, cute::raw_pointer_cast(&half(row, key))) << "half " << w << " row " << row << " key " << key;
+        ASSERT_EQ(in_whole, cute::raw_pointer_cast(&view(key, row))) << "half " << w << " row " << row << " key " << key;
+      }
+  }
 }
 
 }  // namespace

@@ -272,8 +272,8 @@ Status plan_backward(const BackwardArgs& a, const DeviceInfo& device = hopper())
   return select_backward_kernel_for(a.kernel, p, device, &kernel);
 }
 
-// "auto" runs bwd_sm90 on Hopper, and fa2 where bwd_sm90 has no shape (d = 256) or the GPU is
-// not a Hopper.
+// "auto" runs bwd_sm90 on Hopper at every head dim, and fa2 where the GPU is not a Hopper or
+// bwd_sm90 has no (or a slower) deterministic mode.
 TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
   BwdProblem p;
   ASSERT_TRUE(normalize_backward(valid_backward_args(), &p).ok());
@@ -284,26 +284,23 @@ TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
   ampere.cc_major = 8;
   ASSERT_TRUE(select_backward_kernel_for("auto", p, ampere, &kernel).ok());
   EXPECT_EQ(kernel->name, "fa2");
-  // Deterministic: fa2 at head_dim 64 (measured faster), bwd_sm90 at 128.
-  for (int d : {64, 128}) {
+  // Deterministic: fa2 at head_dim 64 (measured faster) and 256 (bwd_sm90 has no such mode
+  // there, and refuses it by name), bwd_sm90 at 128.
+  for (int d : {64, 128, 256}) {
     bool built = false;
     for (int c : {HFA_HEAD_DIMS_INIT}) built = built || c == d;
-    if (!built) continue;
-    BwdProblem det = p;
-    det.fwd.head_dim = d;
+    if (!built) continue;  // (a build without d refuses it in both kernels: check_head_dim)
+    BwdProblem dense = p;
+    dense.fwd.head_dim = d;
+    ASSERT_TRUE(select_backward_kernel_for("auto", dense, hopper(), &kernel).ok()) << d;
+    EXPECT_EQ(kernel->name, "bwd_sm90") << "head_dim " << d;
+    BwdProblem det = dense;
     det.deterministic = true;
     ASSERT_TRUE(select_backward_kernel_for("auto", det, hopper(), &kernel).ok()) << d;
-    EXPECT_EQ(kernel->name, d == 64 ? "fa2" : "bwd_sm90") << "deterministic, head_dim " << d;
-  }
-  bool built_256 = false;
-  for (int d : {HFA_HEAD_DIMS_INIT}) built_256 = built_256 || d == 256;
-  if (built_256) {  // (a build without d = 256 refuses it in both kernels: check_head_dim)
-    BwdProblem p256 = p;
-    p256.fwd.head_dim = 256;
-    ASSERT_TRUE(select_backward_kernel_for("auto", p256, hopper(), &kernel).ok());
-    EXPECT_EQ(kernel->name, "fa2");
-    expect_error(select_backward_kernel_for("bwd_sm90", p256, hopper(), &kernel), StatusCode::kUnsupported,
-                 {"head_dim", "bwd_sm90", "256", "fa2"});
+    EXPECT_EQ(kernel->name, d == 128 ? "bwd_sm90" : "fa2") << "deterministic, head_dim " << d;
+    if (d == 256)
+      expect_error(select_backward_kernel_for("bwd_sm90", det, hopper(), &kernel), StatusCode::kUnsupported,
+                   {"deterministic", "bwd_sm90", "256", "fa2"});
   }
   EXPECT_EQ(p.dq, g_dq);
   EXPECT_EQ(p.dk_row_stride, kHkv * kD);
@@ -379,7 +376,6 @@ TEST(BackwardValidation, Fp32Gradients) {
     EXPECT_EQ(p.grad_dtype(), DType::kFP32);
     EXPECT_EQ(p.dk_row_stride, kHkv * kD);  // in fp32 elements
     for (const char* kernel : {"auto", "fa2", "bwd_sm90"}) {
-      if (kD == 256 && std::string(kernel) == "bwd_sm90") continue;  // no shape there
       a.kernel = kernel;
       EXPECT_TRUE(plan_backward(a).ok()) << kernel << ": " << plan_backward(a).message;
     }

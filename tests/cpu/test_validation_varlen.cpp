@@ -152,8 +152,8 @@ TEST(VarlenValidation, KernelsWithoutVarlenRefuseIt) {
     EXPECT_EQ(info.varlen, info.name == "k6" || info.name == "fa2") << info.name;
 }
 
-// Packed gradients, their rules, and the kernels: bwd_sm90 runs them on Hopper (head_dim 64 and
-// 128), fa2 elsewhere and at head_dim 256, but not with softcap (nor a window or sinks).
+// Packed gradients, their rules, and the kernels: bwd_sm90 runs them on Hopper, fa2 elsewhere,
+// but not with softcap (nor a window or sinks).
 TEST(VarlenValidation, BackwardTakesThePackedGradients) {
   BackwardArgs b;
   const ForwardArgs f = varlen_args();
@@ -175,9 +175,8 @@ TEST(VarlenValidation, BackwardTakesThePackedGradients) {
   EXPECT_EQ(p.dv_head_stride, kD);
   const BackwardKernelEntry* kernel = nullptr;
   ASSERT_TRUE(select_backward_kernel_for("fa2", p, hopper(), &kernel).ok());
-  const bool sm90_shape = kD == 64 || kD == 128;
   ASSERT_TRUE(select_backward_kernel_for("auto", p, hopper(), &kernel).ok());
-  EXPECT_EQ(kernel->name, sm90_shape ? "bwd_sm90" : "fa2");
+  EXPECT_EQ(kernel->name, "bwd_sm90");
   DeviceInfo ampere = hopper();
   ampere.cc_major = 8;
   ASSERT_TRUE(select_backward_kernel_for("auto", p, ampere, &kernel).ok());

@@ -39,15 +39,17 @@ void prepare_backward_inputs(check::DeviceBuffers& buf, const check::Config& c, 
   ASSERT_TRUE(forward(fwd).ok());
 }
 
-// The head dims `kernel` takes on this GPU (its own check: bwd_sm90 has no d = 256 shape), so
-// that a test over head dims runs the supported ones instead of skipping at the first other.
-std::vector<int> supported_head_dims(const std::string& kernel) {
+// The head dims `kernel` takes on this GPU, in deterministic mode if asked (its own check:
+// bwd_sm90 has no deterministic mode at d = 256), so that a test over head dims runs the
+// supported ones instead of skipping at the first other.
+std::vector<int> supported_head_dims(const std::string& kernel, bool deterministic = false) {
   std::vector<int> dims;
   for (int d : compiled_head_dims()) {
     check::DeviceBuffers buf;
     if (!buf.allocate(backward_config({kernel, d, false, DType::kBF16}, {1, 64, 64, 2, 2})).ok()) continue;
     BackwardArgs a = buf.backward_args();
     a.kernel = kernel;
+    a.deterministic = deterministic;
     const Status st = select_backward_kernel(a, nullptr);
     if (st.ok())
       dims.push_back(d);
@@ -143,7 +145,7 @@ TEST_P(BackwardPerKernel, DeterministicModeMatchesReference) {
   HFA_SKIP_WITHOUT_GPU();
   const ShapeCase shapes[] = {{2, 300, 333, 4, 2}, {1, 129, 17, 8, 1}, {1, 200, 700, 6, 3}};
   uint64_t seed = 40;
-  const std::vector<int> dims = supported_head_dims(GetParam());
+  const std::vector<int> dims = supported_head_dims(GetParam(), /*deterministic=*/true);
   if (dims.empty()) GTEST_SKIP() << GetParam() << " takes no compiled head dim here";
   for (int d : dims)
     for (const ShapeCase& s : shapes)
@@ -164,7 +166,7 @@ TEST_P(BackwardPerKernel, DeterministicModeMatchesReference) {
 // others held by check::SmOccupier), where the KV blocks finish in another order.
 TEST_P(BackwardPerKernel, DeterministicModeBitIdenticalOnFewerSms) {
   HFA_SKIP_WITHOUT_GPU();
-  const std::vector<int> dims = supported_head_dims(GetParam());
+  const std::vector<int> dims = supported_head_dims(GetParam(), /*deterministic=*/true);
   if (dims.empty()) GTEST_SKIP() << GetParam() << " takes no compiled head dim here";
   for (int d : dims) {
     check::Config c = small(700, 1300, 16, 4);
@@ -224,8 +226,8 @@ TEST_P(BackwardPerKernel, Fp32GradientsAreTheUnroundedSums) {
       }
 }
 
-// select_backward_kernel names what "auto" runs (bwd_sm90 on Hopper where it has a shape, else
-// fa2) and refuses a named kernel that cannot take the problem, as the backward itself does.
+// select_backward_kernel names what "auto" runs (bwd_sm90 on Hopper, else fa2) and refuses a
+// named kernel that cannot take the problem, as the backward itself does.
 TEST(BackwardSelection, AutoAndNamedKernels) {
   HFA_SKIP_WITHOUT_GPU();
   cudaDeviceProp prop{};
@@ -237,10 +239,10 @@ TEST(BackwardSelection, AutoAndNamedKernels) {
     BackwardArgs a = buf.backward_args();
     std::string name;
     ASSERT_TRUE(select_backward_kernel(a, &name).ok());
-    EXPECT_EQ(name, hopper && d != 256 ? "bwd_sm90" : "fa2") << "d " << d;
+    EXPECT_EQ(name, hopper ? "bwd_sm90" : "fa2") << "d " << d;
     a.kernel = "bwd_sm90";
     const Status st = select_backward_kernel(a, &name);
-    if (hopper && d != 256) {
+    if (hopper) {
       EXPECT_TRUE(st.ok()) << st.message;
     } else {
       EXPECT_EQ(st.code, StatusCode::kUnsupported) << "d " << d << ": " << st.message;

@@ -29,14 +29,13 @@ Status check(const BwdProblem& bp, const DeviceInfo& device) {
   HFA_RETURN_IF_ERROR(sm90::check_kernel(kName, p, device,
                                          static_cast<long long>(bwd_sm90::smem_bytes(has_shape ? p.head_dim : 128))));
   if (!has_shape)
+    return make_error(StatusCode::kUnsupported, "head_dim: kernel \"%s\" has no shape for head_dim %d",
+                      kName, p.head_dim);
+  if (bp.deterministic && !bwd_sm90::has_deterministic(p.head_dim))
     return make_error(StatusCode::kUnsupported,
-                      "head_dim: kernel \"%s\" has no shape for head_dim %d yet (its dK and dV would "
-                      "not fit a warpgroup's registers); the \"auto\" backward runs fa2 there%s",
-                      kName, p.head_dim,
-                      p.local || p.softcap > 0.f || p.sinks
-                          ? ", which takes no sliding window, softcap or sinks: no backward kernel "
-                            "takes them at this head_dim yet"
-                          : "");
+                      "deterministic: kernel \"%s\" has no deterministic mode at head_dim %d (its dQ "
+                      "is added by unordered atomics there); the \"auto\" backward runs fa2's",
+                      kName, p.head_dim);
   return check_backward_operands(kName, bp);
 }
 
@@ -52,19 +51,24 @@ BackwardKernelEntry bwd_sm90_backward_entry() {
   BackwardKernelEntry e;
   e.name = kName;
   e.description =
-      "Hopper backward (Algorithm 2) on WGMMA + TMA, warp-specialized: one CTA per 128-key KV "
-      "block, a producer warp streaming Q/dO/LSE/D through an mbarrier ring, two consumer "
-      "warpgroups with dK/dV in registers, S^T/dP^T with the keys as M so that dV += P^T dO and "
-      "dK += dS^T Q take P^T and dS^T from registers, dQ = dS K added in fp32 by TMA reductions";
-  e.supports = "bf16/fp16, head_dim 64 and 128 (d = 256: fa2), causal (block skipping), sliding "
-               "window, softcap, sinks, variable-length batches, GQA/MQA, deterministic mode; "
-               "16-byte aligned pointers and strides; sm90a (H100/H200)";
+      "Hopper backward (Algorithm 2) on WGMMA + TMA, warp-specialized: one CTA per KV block, a "
+      "producer warp streaming Q/dO/LSE/D through an mbarrier ring, two consumer warpgroups "
+      "with dK/dV in registers; d <= 128: 128-key blocks, S^T/dP^T with the keys as M so that "
+      "dV += P^T dO and dK += dS^T Q take P^T and dS^T from registers, dQ = dS K added in fp32 "
+      "by TMA reductions; d = 256: 64-key blocks split between the warpgroups, dK^T/dV^T in "
+      "registers, P and dS through shared memory, dQ added by fp32 atomics";
+  e.supports = "bf16/fp16, head_dim 64, 128 and 256, causal (block skipping), sliding window, "
+               "softcap, sinks, variable-length batches, GQA/MQA, deterministic mode (head_dim 64 "
+               "and 128; fa2 at 256); 16-byte aligned pointers and strides; sm90a (H100/H200)";
   e.variants = {/*window=*/true, /*softcap=*/true, /*sinks=*/true, /*varlen=*/true};
   e.auto_priority = 20;
   // Deterministic at head_dim 64, fa2's mode measured 3-10% faster in all 12 configurations
   // (docs/results/2026-11-24-h100-peers-bwd-deterministic-bc930cc.json; bwd_sm90's is 1-15%
-  // faster at 128): "auto" ranks bwd_sm90 below fa2 (10) there.
-  e.auto_priority_for = [](const BwdProblem& p) { return p.deterministic && p.fwd.head_dim == 64 ? 5 : 20; };
+  // faster at 128): "auto" ranks bwd_sm90 below fa2 (10) there, and at head_dim 256, where it
+  // has no deterministic mode.
+  e.auto_priority_for = [](const BwdProblem& p) {
+    return p.deterministic && p.fwd.head_dim != 128 ? 5 : 20;
+  };
   e.check = check;
   e.launch = launch;
   return e;

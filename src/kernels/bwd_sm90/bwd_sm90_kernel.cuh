@@ -35,7 +35,9 @@
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "common/problem.h"
+#include "kernels/bwd_sm90/bwd_sm90_cta.cuh"
 #include "kernels/bwd_sm90/bwd_sm90_launch.h"
+#include "kernels/bwd_sm90/bwd_sm90_split_keys.cuh"
 #include "kernels/common/backward_passes.cuh"
 #include "kernels/common/launch.cuh"
 #include "kernels/common/numeric.cuh"
@@ -53,14 +55,6 @@
 
 namespace hfa::bwd_sm90 {
 
-// A producer warpgroup (one thread issues every load) and two consumer warpgroups; setmaxnreg
-// moves registers within the launch's 384 x 168 = 64512: 128 x 24 + 256 x 240.
-constexpr int kThreads = 384;
-constexpr int kProducerRegisters = 24;
-constexpr int kConsumerRegisters = 240;
-static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= kThreads * 168,
-              "setmaxnreg cannot hand out more registers than the CTA was launched with");
-
 // Named barriers (CUTLASS adds its reserved ids): each warpgroup's dQ staging free (ids 1, 2) and
 // written (ids 3, 4).
 constexpr int kDqStageBarrier = 1;  // + warpgroup, and + 2 + warpgroup
@@ -68,7 +62,7 @@ constexpr int kDqStageBarrier = 1;  // + warpgroup, and + 2 + warpgroup
 template <typename T, int D>
 struct BwdConfig {
   using E = typename sm90::CutlassElement<T>::type;
-  static constexpr int kBlockM = block_m(D), kBlockN = bwd_sm90::kBlockN, kStages = stages(D);
+  static constexpr int kBlockM = block_m(D), kBlockN = block_n(D), kStages = stages(D);
   static constexpr int kHeadDim = D;
   using QLayout = sm90::TileLayout<E, kBlockM, D>;         // Q_i, dO_i (query x d)
   using KVLayout = sm90::TileLayout<E, kBlockN, D>;        // K_j, V_j (key x d)
@@ -152,97 +146,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   // first (the last one) has the lower index and is launched no later (turns.cuh).
   const int kv_block = kDeterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int k0 = kv_block * kBlockN, hk = blockIdx.y, b = blockIdx.z;
-  // p: the problem as the CTA sees it, its lengths and masks; with kVarlen sequence b's
-  // (sequence_span), whose first packed rows `at` the TMA coordinates and the stores add, while
-  // the descriptors span the packed tensors (tma_b: their batch entry). The grid is sized by
-  // max_seqlen_k: a CTA past its sequence's keys zeroes the gradients of the rows it spans but
-  // does not use (past seqused_k) and leaves. Only the lengths and the first query row live
-  // through the walk: the first key row and the extent are read again for the stores
-  // (with_gradient_rows; kept in registers across the walk, they spilled).
-  FwdProblem sequence;
-  SequenceOffsets at;
-  if constexpr (kVarlen) {
-    const SequenceSpan span = sequence_span(bp.fwd, b);
-    sequence = bp.fwd;
-    sequence.seqlen_q = span.seqlen_q;
-    sequence.seqlen_k = span.seqlen_k;
-    at = SequenceOffsets{span.q_begin, span.k_begin};
-  }
-  const FwdProblem& p = kVarlen ? sequence : bp.fwd;
-  const int tma_b = kVarlen ? 0 : b;
-  // Calls f(dk, dv, k_rows) with row 0 of this CTA's dK and dV, typed as the gradients are (T,
-  // or fp32: BwdProblem::grads_fp32), and the rows of them its sequence spans (zeroed past
-  // seqlen_k).
-  auto with_gradient_rows = [&](auto f) {
-    int k_begin = 0, k_rows = bp.fwd.seqlen_k;
-    if constexpr (kVarlen) {
-      const SequenceSpan span = sequence_span(bp.fwd, b);
-      k_begin = span.k_begin;
-      k_rows = span.k_rows;
-    }
-    const int64_t dk_at = b * bp.dk_batch_stride + hk * bp.dk_head_stride + (int64_t(k_begin) + k0) * bp.dk_row_stride;
-    const int64_t dv_at = b * bp.dv_batch_stride + hk * bp.dv_head_stride + (int64_t(k_begin) + k0) * bp.dv_row_stride;
-    if (bp.grads_fp32)
-      f(static_cast<float*>(bp.dk) + dk_at, static_cast<float*>(bp.dv) + dv_at, k_rows);
-    else
-      f(static_cast<T*>(bp.dk) + dk_at, static_cast<T*>(bp.dv) + dv_at, k_rows);
-  };
-  if constexpr (kVarlen) {
-    if (k0 >= p.seqlen_k) {
-      with_gradient_rows([&](auto* dk_out, auto* dv_out, int k_rows) {
-        using G = std::remove_pointer_t<decltype(dk_out)>;
-        const int unused = min(k_rows - k0, kBlockN);
-        zero_rows<G, D>(dk_out, bp.dk_row_stride, unused, threadIdx.x, kThreads);
-        zero_rows<G, D>(dv_out, bp.dv_row_stride, unused, threadIdx.x, kThreads);
-      });
-      return;
-    }
-  }
+  // p: the problem as the CTA sees it (CtaSequence); only the lengths and the first query row
+  // live through the walk.
+  const CtaSequence<kVarlen> seq(bp.fwd, b);
+  const FwdProblem& p = kVarlen ? seq.sequence : bp.fwd;
+  const SequenceOffsets& at = seq.at;
+  if (past_the_keys<T, D, kBlockN, kVarlen>(bp, p, b, hk, k0)) return;
   const BackwardQBlocks<kBlockM> blocks(p, hk, k0, kBlockN);
   using QBlock = typename BackwardQBlocks<kBlockM>::Block;
 
-  if (threadIdx.x == 0) {
-    Pipeline::init(ss.pipeline, /*consumer_arrivals=*/256);
-    sm90::OnceBarrier::init(ss.kv_barrier);
-    for (int i = 0; i < 2; ++i) {
-      cutlass::arch::ClusterBarrier::init(&ss.ds_ready[i], 256);
-      cutlass::arch::ClusterBarrier::init(&ss.ds_free[i], 256);
-    }
-    cutlass::arch::fence_barrier_init();
-  }
+  if (threadIdx.x == 0) init_barriers<Config>(ss);
   __syncthreads();
 
   if (threadIdx.x < 128) {  // producer
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
-    if (threadIdx.x != 0 || blocks.n_iters == 0) return;
-    sm90::OnceBarrier::arm(ss.kv_barrier, 2 * kBlockN * D * sizeof(E));
-    const FwdProblem& whole = bp.fwd;  // the descriptors' view
-    sm90::load_tile<kBlockN, D>(params.tma_k, ss.kv_barrier,
-                                make_tensor(make_smem_ptr(ss.k), typename Config::KVLayout{}),
-                                whole.k_rows(), p.heads_kv, whole.tma_batch(), hk, tma_b, kv_block, at.k);
-    sm90::load_tile<kBlockN, D>(params.tma_v, ss.kv_barrier,
-                                make_tensor(make_smem_ptr(ss.v), typename Config::KVLayout{}),
-                                whole.k_rows(), p.heads_kv, whole.tma_batch(), hk, tma_b, kv_block, at.k);
-    typename Pipeline::State st = Pipeline::producer_start();
-    QBlock blk = blocks.first();
-    for (int it = 0; it < blocks.n_iters; ++it) {
-      constexpr uint32_t kStatBytes = kBlockM * sizeof(float2);
-      Pipeline::producer_acquire(ss.pipeline, st, 2 * kBlockM * D * sizeof(E) + kStatBytes);
-      uint64_t& bar = Pipeline::full_barrier(ss.pipeline, st);
-      const int m_block = blk.q0 / kBlockM;
-      sm90::load_tile<kBlockM, D>(params.tma_q, bar,
-                                  make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QLayout{}),
-                                  whole.q_rows(), p.heads_q, whole.tma_batch(), blk.h, tma_b, m_block, at.q);
-      sm90::load_tile<kBlockM, D>(params.tma_do, bar,
-                                  make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QLayout{}),
-                                  whole.q_rows(), p.heads_q, whole.tma_batch(), blk.h, tma_b, m_block, at.q);
-      // The block's (LSE, D) pairs lie in range by the padding (backward_workspace.h).
-      const float2* stats = reinterpret_cast<const float2*>(bp.row_stats) +
-                            workspace_rows(bp, b, blk.h, at.q, kVarlen).stats + blk.q0;
-      SM90_BULK_COPY_G2S::copy(stats, &bar, ss.stats[st.index], kStatBytes);
-      st.advance();
-      blk = blocks.next(blk);
-    }
+    if (threadIdx.x == 0 && blocks.n_iters > 0)
+      produce_q_blocks<Config, kVarlen>(params, ss, p, at, blocks, kv_block, hk, b);
     return;
   }
 
@@ -459,24 +378,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   // to the sequence's rows when seqused_k leaves some unused).
   Tensor kv_coord_rc = sm90::as_rowcol(thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<D>>{})));
   const int used = p.seqlen_k - k0;
-  with_gradient_rows([&](auto* dk_out, auto* dv_out, int k_rows) {
+  with_gradient_rows<T, kVarlen>(bp, b, hk, k0, [&](auto* dk_out, auto* dv_out, int k_rows) {
     using G = std::remove_pointer_t<decltype(dk_out)>;
     store_fragment_rows<G>(dk_out, bp.dk_row_stride, sm90::as_rowcol(tdK), kv_coord_rc, used, p.softmax_scale);
     store_fragment_rows<G>(dv_out, bp.dv_row_stride, sm90::as_rowcol(tdV), kv_coord_rc, used, 1.f);
-    if (kVarlen && used < kBlockN && k_rows > p.seqlen_k) {
-      const int unused = min(k_rows - k0, kBlockN) - used;
-      zero_rows<G, D>(dk_out + used * bp.dk_row_stride, bp.dk_row_stride, unused, mma_thread, 256);
-      zero_rows<G, D>(dv_out + used * bp.dv_row_stride, bp.dv_row_stride, unused, mma_thread, 256);
-    }
+    zero_unused_tail<D, kVarlen, kBlockN>(bp, dk_out, dv_out, k_rows, k0, used, mma_thread);
   });
 }
 
 // The main kernel's launch (descriptors, shared memory, one CTA per (KV block, KV head, batch or
 // sequence)), between the shared pre- and post-passes, for one mask and score policy; kVarlen
 // must be bp.fwd.varlen().
+// The arrangement of a head dim (bwd_sm90_launch.h): the keys as M up to d = 128, split between
+// the warpgroups at d = 256.
+template <typename T, int D>
+using ConfigFor = std::conditional_t<(D > 128), SplitKeysConfig<T>, BwdConfig<T, D>>;
+
 template <typename T, int D, bool kVarlen, class Mask, class Score>
 cudaError_t launch_policies(const BwdProblem& bp, cudaStream_t stream) {
-  using Config = BwdConfig<T, D>;
+  using Config = ConfigFor<T, D>;
   using E = typename Config::E;
   static_assert(Config::kSmemBytes <= smem_bytes(D), "bwd_sm90_launch.h's smem_bytes() must bound the kernel's");
   return launch_backward_passes<T, D>(bp, stream, [&]() -> cudaError_t {
@@ -496,17 +416,23 @@ cudaError_t launch_policies(const BwdProblem& bp, cudaStream_t stream) {
         : sm90::make_tile_tma<E, Config::kBlockM, D>(bp.dout, rows_q, p.heads_q, tma_batch, bp.do_row_stride, bp.do_head_stride, bp.do_batch_stride);
     params.tma_k = sm90::make_tile_tma<E, Config::kBlockN, D>(p.k, rows_k, p.heads_kv, tma_batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
     params.tma_v = sm90::make_tile_tma<E, Config::kBlockN, D>(p.v, rows_k, p.heads_kv, tma_batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
-    if (!no_queries) {
-      if (cudaError_t err = sm90::encode_f32_tensor_map(&params.dq_map, bp.dq_accum, D, dq_plane_rows(bp),
-                                                        static_cast<uint64_t>(dq_planes(bp)),
-                                                        Config::kDqSlabCols, Config::kBlockM);
-          err != cudaSuccess)
-        return err;
-    }
-    auto* kernel = bp.deterministic ? bwd_sm90_kernel<T, D, true, kVarlen, Mask, Score>
-                                    : bwd_sm90_kernel<T, D, false, kVarlen, Mask, Score>;
     const dim3 grid((p.seqlen_k + Config::kBlockN - 1) / Config::kBlockN, p.heads_kv, p.batch);
-    return launch_with_smem(kernel, grid, kThreads, Config::kSmemBytes, stream, params);
+    if constexpr (D > 128) {  // dQ by atomics; no deterministic mode (refused by the check)
+      if (bp.deterministic) return cudaErrorInvalidValue;
+      return launch_with_smem(bwd_sm90_split_keys_kernel<T, kVarlen, Mask, Score>, grid, kThreads,
+                              Config::kSmemBytes, stream, params);
+    } else {
+      if (!no_queries) {
+        if (cudaError_t err = sm90::encode_f32_tensor_map(&params.dq_map, bp.dq_accum, D, dq_plane_rows(bp),
+                                                          static_cast<uint64_t>(dq_planes(bp)),
+                                                          Config::kDqSlabCols, Config::kBlockM);
+            err != cudaSuccess)
+          return err;
+      }
+      auto* kernel = bp.deterministic ? bwd_sm90_kernel<T, D, true, kVarlen, Mask, Score>
+                                      : bwd_sm90_kernel<T, D, false, kVarlen, Mask, Score>;
+      return launch_with_smem(kernel, grid, kThreads, Config::kSmemBytes, stream, params);
+    }
   });
 }
 

@@ -87,6 +87,17 @@ __device__ __forceinline__ void store8(G* dst, const float (&in)[8]) {
   }
 }
 
+// dst[0..1] += (a, b) in fp32 atomics: one 8-byte atomic on sm90 (half the L2 atomic operations),
+// two 4-byte ones before. dst must be 8-byte aligned.
+__device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
+#else
+  atomicAdd(dst, a);
+  atomicAdd(dst + 1, b);
+#endif
+}
+
 // Two adjacent values to dst (aligned to their size) in G: one 4-byte store, or 8 for fp32.
 template <typename G>
 __device__ __forceinline__ void store2(G* dst, float a, float b) {

@@ -52,16 +52,6 @@ namespace hfa::fa2 {
 
 // ---- 2. The main kernel --------------------------------------------------------------------------
 
-// dst[0..1] += (a, b) in fp32 atomics: one 8-byte atomic on sm90 (half the L2 atomic operations),
-// two 4-byte ones before. dst must be 8-byte aligned.
-__device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
-#if __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
-#else
-  atomicAdd(dst, a);
-  atomicAdd(dst + 1, b);
-#endif
-}
 
 // dq_map: the dQ workspace as (D, dq_plane_rows, dq_planes) fp32 with (32, kBlockM) boxes, for
 // the staged path (unused by the atomics).

@@ -1,0 +1,157 @@
+// What bwd_sm90's two arrangements share (bwd_sm90_kernel.cuh: the keys as WGMMA's M, d = 64 and
+// 128; bwd_sm90_split_keys.cuh: the keys split between the warpgroups, d = 256): the CTA's view of
+// its problem (a variable-length batch's sequence), its barriers, the producer that streams Q, dO
+// and the row statistics, and the stores of dK and dV.
+//
+// A Config provides E, kBlockM, kBlockN, kHeadDim, QLayout, KVLayout, Pipeline, Params (problem,
+// tma_q, tma_do, tma_k, tma_v) and a SharedStorage with k, v, q[], dout[], stats[], kv_barrier,
+// ds_ready[2], ds_free[2] and pipeline.
+#pragma once
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "common/problem.h"
+#include "kernels/common/backward_passes.cuh"
+#include "kernels/common/numeric.cuh"
+#include "kernels/common/varlen.cuh"
+#include "kernels/sm90/common/pipeline.cuh"
+#include "kernels/sm90/common/staged_output.cuh"
+#include "kernels/sm90/common/tma.cuh"
+
+namespace hfa::bwd_sm90 {
+
+// A producer warpgroup (one thread issues every load) and two consumer warpgroups; setmaxnreg
+// moves registers within the launch's 384 x 168 = 64512: 128 x 24 + 256 x 240.
+constexpr int kThreads = 384;
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= kThreads * 168,
+              "setmaxnreg cannot hand out more registers than the CTA was launched with");
+
+// The problem as CTA (blockIdx.z = b) sees it: with kVarlen sequence b's lengths (sequence_span)
+// in `sequence`, whose first packed rows `at` the TMA coordinates and the stores add, while the
+// descriptors span the packed tensors; the dense problem as is otherwise.
+template <bool kVarlen>
+struct CtaSequence {
+  FwdProblem sequence;
+  SequenceOffsets at;
+  __device__ explicit CtaSequence(const FwdProblem& whole, int b) {
+    if constexpr (kVarlen) {
+      const SequenceSpan span = sequence_span(whole, b);
+      sequence = whole;
+      sequence.seqlen_q = span.seqlen_q;
+      sequence.seqlen_k = span.seqlen_k;
+      at = SequenceOffsets{span.q_begin, span.k_begin};
+    }
+  }
+};
+
+// Calls f(dk, dv, k_rows) with row k0 of batch entry (or sequence) b's dK and dV of KV head hk,
+// typed as the gradients are (T, or fp32: BwdProblem::grads_fp32), and the rows of them the
+// sequence spans (zeroed past seqlen_k). The first key row and the extent are read again here
+// rather than kept in registers across the walk (they spilled).
+template <typename T, bool kVarlen, class F>
+__device__ __forceinline__ void with_gradient_rows(const BwdProblem& bp, int b, int hk, int k0, F f) {
+  int k_begin = 0, k_rows = bp.fwd.seqlen_k;
+  if constexpr (kVarlen) {
+    const SequenceSpan span = sequence_span(bp.fwd, b);
+    k_begin = span.k_begin;
+    k_rows = span.k_rows;
+  }
+  const int64_t dk_at = b * bp.dk_batch_stride + hk * bp.dk_head_stride + (int64_t(k_begin) + k0) * bp.dk_row_stride;
+  const int64_t dv_at = b * bp.dv_batch_stride + hk * bp.dv_head_stride + (int64_t(k_begin) + k0) * bp.dv_row_stride;
+  if (bp.grads_fp32)
+    f(static_cast<float*>(bp.dk) + dk_at, static_cast<float*>(bp.dv) + dv_at, k_rows);
+  else
+    f(static_cast<T*>(bp.dk) + dk_at, static_cast<T*>(bp.dv) + dv_at, k_rows);
+}
+
+// A variable-length batch's grid is sized by max_seqlen_k: a CTA whose block starts past its
+// sequence's keys zeroes the rows of dK and dV it spans but does not use (past seqused_k) and
+// reports true (the CTA leaves).
+template <typename T, int D, int BlockN, bool kVarlen>
+__device__ __forceinline__ bool past_the_keys(const BwdProblem& bp, const FwdProblem& p, int b, int hk, int k0) {
+  if constexpr (kVarlen) {
+    if (k0 >= p.seqlen_k) {
+      with_gradient_rows<T, kVarlen>(bp, b, hk, k0, [&](auto* dk_out, auto* dv_out, int k_rows) {
+        using G = std::remove_pointer_t<decltype(dk_out)>;
+        const int unused = min(k_rows - k0, BlockN);
+        zero_rows<G, D>(dk_out, bp.dk_row_stride, unused, threadIdx.x, kThreads);
+        zero_rows<G, D>(dv_out, bp.dv_row_stride, unused, threadIdx.x, kThreads);
+      });
+      return true;
+    }
+  }
+  return false;
+}
+
+// The barriers, by thread 0, before the CTA's __syncthreads: the Q / dO ring, K and V's, and the
+// two dS buffers' hand-over (ds_ready: both warpgroups' halves are in; ds_free: both warpgroups'
+// dQ GEMMs have read it; 256 arrivals each).
+template <class Config, class Storage>
+__device__ __forceinline__ void init_barriers(Storage& ss) {
+  Config::Pipeline::init(ss.pipeline, /*consumer_arrivals=*/256);
+  sm90::OnceBarrier::init(ss.kv_barrier);
+  for (int i = 0; i < 2; ++i) {
+    cutlass::arch::ClusterBarrier::init(&ss.ds_ready[i], 256);
+    cutlass::arch::ClusterBarrier::init(&ss.ds_free[i], 256);
+  }
+  cutlass::arch::fence_barrier_init();
+}
+
+// The producer thread: K_j and V_j once, then Q_i, dO_i and the (LSE * log2 e, D) pairs of every
+// Q block the KV block sees, through the ring. `whole`: the descriptors' view (bp.fwd); p, at,
+// tma_b: the CTA's (CtaSequence).
+template <class Config, bool kVarlen, class Storage>
+__device__ __forceinline__ void produce_q_blocks(const typename Config::Params& params, Storage& ss,
+                                                 const FwdProblem& p, const SequenceOffsets& at,
+                                                 const BackwardQBlocks<Config::kBlockM>& blocks,
+                                                 int kv_block, int hk, int b) {
+  using namespace cute;
+  using E = typename Config::E;
+  using Pipeline = typename Config::Pipeline;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, D = Config::kHeadDim;
+  const BwdProblem& bp = params.problem;
+  const FwdProblem& whole = bp.fwd;
+  const int tma_b = kVarlen ? 0 : b;
+  sm90::OnceBarrier::arm(ss.kv_barrier, 2 * kBlockN * D * sizeof(E));
+  sm90::load_tile<kBlockN, D>(params.tma_k, ss.kv_barrier, make_tensor(make_smem_ptr(ss.k), typename Config::KVLayout{}),
+                              whole.k_rows(), p.heads_kv, whole.tma_batch(), hk, tma_b, kv_block, at.k);
+  sm90::load_tile<kBlockN, D>(params.tma_v, ss.kv_barrier, make_tensor(make_smem_ptr(ss.v), typename Config::KVLayout{}),
+                              whole.k_rows(), p.heads_kv, whole.tma_batch(), hk, tma_b, kv_block, at.k);
+  typename Pipeline::State st = Pipeline::producer_start();
+  auto blk = blocks.first();
+  for (int it = 0; it < blocks.n_iters; ++it) {
+    constexpr uint32_t kStatBytes = kBlockM * sizeof(float2);
+    Pipeline::producer_acquire(ss.pipeline, st, 2 * kBlockM * D * sizeof(E) + kStatBytes);
+    uint64_t& bar = Pipeline::full_barrier(ss.pipeline, st);
+    const int m_block = blk.q0 / kBlockM;
+    sm90::load_tile<kBlockM, D>(params.tma_q, bar, make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QLayout{}),
+                                whole.q_rows(), p.heads_q, whole.tma_batch(), blk.h, tma_b, m_block, at.q);
+    sm90::load_tile<kBlockM, D>(params.tma_do, bar, make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QLayout{}),
+                                whole.q_rows(), p.heads_q, whole.tma_batch(), blk.h, tma_b, m_block, at.q);
+    // The block's (LSE, D) pairs lie in range by the padding (backward_workspace.h).
+    const float2* stats = reinterpret_cast<const float2*>(bp.row_stats) +
+                          workspace_rows(bp, b, blk.h, at.q, kVarlen).stats + blk.q0;
+    SM90_BULK_COPY_G2S::copy(stats, &bar, ss.stats[st.index], kStatBytes);
+    st.advance();
+    blk = blocks.next(blk);
+  }
+}
+
+// After the walk: rows of dK and dV the sequence spans but does not use (past seqused_k, when
+// the block holds its last used key) are zeroed; `used`: the block's used keys, p.seqlen_k - k0.
+template <int D, bool kVarlen, int BlockN, class G>
+__device__ __forceinline__ void zero_unused_tail(const BwdProblem& bp, G* dk_out, G* dv_out, int k_rows, int k0,
+                                                 int used, int thread) {
+  if (kVarlen && used < BlockN && k_rows - k0 > used) {
+    const int unused = min(k_rows - k0, BlockN) - used;
+    zero_rows<G, D>(dk_out + used * bp.dk_row_stride, bp.dk_row_stride, unused, thread, 256);
+    zero_rows<G, D>(dv_out + used * bp.dv_row_stride, bp.dv_row_stride, unused, thread, 256);
+  }
+}
+
+}  // namespace hfa::bwd_sm90

@@ -1,0 +1,312 @@
+// bwd_sm90 at d = 256: the keys split between the two consumer warpgroups. In the d <= 128
+// arrangement (bwd_sm90_kernel.cuh) each warpgroup owns 64 keys as WGMMA's M and keeps dK and dV
+// (64 x D fp32) in registers: 256 registers per thread at d = 256, more than a consumer has. Here
+// (FlashAttention-3's arrangement at d = 256) a CTA owns a KV block of 64 keys, warpgroup w the
+// keys [32 w, 32 w + 32), and keeps dK^T and dV^T (256 x 32 fp32: 64 + 64 registers). Per Q block
+// of 64 rows:
+//   S = Q K_w^T, dP = dO V_w^T             SS, K-major; the warpgroups split N (the keys)
+//   P = exp2(S * scale * log2 e - LSE2)    dS = P (dP - D): a row is a query (two per thread)
+//   P and dS -> shared memory (bf16), the warpgroup's (64 x 32) halves side by side
+//   dV^T += dO^T P_w, dK^T += Q^T dS_w     SS, M = d (four 64-row atoms), N = the warpgroup's 32
+//                                          keys, k = the queries; dO, Q and the halves read MN-major
+//   dQ = dS K, one Q block later           SS, each warpgroup 128 of dQ's columns in two slices of
+//                                          64 (32 registers each), added to the fp32 workspace by
+//                                          8-byte atomics straight from the registers
+// The atomics replace the d <= 128 kernel's staged TMA reductions: K, V and two stages of Q and dO
+// take 192 KB, and a 64 x 256 fp32 staging tile (64 KB) no longer fits beside them. They are not
+// ordered, so d = 256 has no deterministic mode (bwd_sm90_launch.h: has_deterministic).
+// The producer, the walk over Q blocks, the variable-length view and the dS hand-over between the
+// warpgroups (ds_ready / ds_free, two buffers) are the d <= 128 kernel's (bwd_sm90_cta.cuh).
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "common/problem.h"
+#include "kernels/bwd_sm90/bwd_sm90_cta.cuh"
+#include "kernels/bwd_sm90/bwd_sm90_launch.h"
+#include "kernels/common/backward_passes.cuh"
+#include "kernels/common/numeric.cuh"
+#include "kernels/sm90/common/attention_config.cuh"
+#include "kernels/sm90/common/element.cuh"
+#include "kernels/sm90/common/mask.cuh"
+#include "kernels/sm90/common/pipeline.cuh"
+#include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/common/wgmma.cuh"
+
+namespace hfa::bwd_sm90 {
+
+// Named barrier (CUTLASS adds its reserved ids): each warpgroup's P and dS halves are stored
+// (ids 1, 2) before its own GEMMs read them.
+constexpr int kHalvesStoredBarrier = 1;  // + warpgroup
+
+template <typename T>
+struct SplitKeysConfig {
+  using E = typename sm90::CutlassElement<T>::type;
+  static constexpr int kHeadDim = 256, D = kHeadDim;
+  static constexpr int kBlockM = block_m(D), kBlockN = block_n(D), kStages = stages(D);
+  static constexpr int kKeysPerWarpgroup = kBlockN / 2;
+  static constexpr int kDqSliceCols = 64, kDqSlices = D / 2 / kDqSliceCols;  // per warpgroup
+  static_assert(kBlockN == 64 && kBlockM == 64, "the GEMM shapes below assume 64 x 64 blocks");
+  using QLayout = sm90::TileLayout<E, kBlockM, D>;                // Q_i, dO_i (query x d)
+  using KVLayout = sm90::TileLayout<E, kBlockN, D>;               // K_j, V_j (key x d)
+  using QtLayout = sm90::TransposedView<QLayout, kBlockM, D>;     // Q^T, dO^T (d x query)
+  using KtLayout = sm90::TransposedView<KVLayout, kBlockN, D>;    // K^T (d x key)
+  // P and dS (query x key): warpgroup w's keys a (64 x 32) K-major tile of its own at w * 64 * 32,
+  // so that the whole (64 x 64) tile is the two halves side by side along the keys (64-byte swizzle
+  // atoms stacked down the rows first, then across: PdSLayout), which dQ reads K-major, while a
+  // warpgroup reads its own half as (key x query), MN-major, for dV^T and dK^T (HalfViewLayout).
+  // tests/cpu checks that PdSLayout's columns [32 w, 32 w + 32) are HalfLayout at w * 64 * 32.
+  using HalfLayout = sm90::TileLayout<E, kBlockM, kKeysPerWarpgroup>;
+  using HalfViewLayout = sm90::TransposedView<HalfLayout, kBlockM, kKeysPerWarpgroup>;
+  using PdSLayout = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW64_Atom<E>{},
+                                                 cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>>{}));
+
+  using MmaSdP = sm90::QkTiledMma<E, kKeysPerWarpgroup, D, sm90::WarpgroupsAlongN<2>>;
+  // One warpgroup each (its own keys, its own slices of dQ).
+  using MmadKV = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<kKeysPerWarpgroup>, cute::Int<kBlockM>>,
+                                 cute::GMMA::Major::MN, cute::GMMA::Major::MN>()));
+  using MmadQ = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<kDqSliceCols>, cute::Int<kBlockN>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
+  using Pipeline = sm90::TmaPipeline<kStages>;
+
+  struct SharedStorage {
+    alignas(1024) E k[kBlockN * D];
+    alignas(1024) E v[kBlockN * D];
+    alignas(1024) E q[kStages][kBlockM * D];
+    alignas(1024) E dout[kStages][kBlockM * D];
+    alignas(1024) E p[kBlockM * kBlockN];      // each warpgroup its half; read by itself only
+    alignas(1024) E ds[2][kBlockM * kBlockN];  // double-buffered: ds_ready / ds_free
+    alignas(16) float2 stats[kStages][kBlockM];  // (LSE * log2 e, D) of the stage's rows
+    uint64_t kv_barrier;
+    uint64_t ds_ready[2];
+    uint64_t ds_free[2];
+    typename Pipeline::SharedStorage pipeline;
+  };
+  static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
+
+  struct Params {
+    BwdProblem problem;
+    sm90::TileTma<E, kBlockM, D> tma_q, tma_do;
+    sm90::TileTma<E, kBlockN, D> tma_k, tma_v;
+  };
+};
+
+// Two packed 2-byte values to shared memory (a generic pointer into it, 4-byte aligned).
+template <typename E>
+__device__ __forceinline__ void store_shared_pair(E* dst, uint32_t pair) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pair) : "memory");
+}
+
+template <typename T, bool kVarlen, class Mask, class Score>
+__global__ void __launch_bounds__(kThreads, 1)
+    bwd_sm90_split_keys_kernel(const __grid_constant__ typename SplitKeysConfig<T>::Params params) {
+  using Config = SplitKeysConfig<T>;
+  using E = typename Config::E;
+  using Pipeline = typename Config::Pipeline;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, D = Config::kHeadDim;
+  constexpr int kHalf = kBlockM * Config::kKeysPerWarpgroup;  // elements of a warpgroup's P / dS half
+  using namespace cute;
+  auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
+  const BwdProblem& bp = params.problem;
+  const int kv_block = blockIdx.x;
+  const int k0 = kv_block * kBlockN, hk = blockIdx.y, b = blockIdx.z;
+  const CtaSequence<kVarlen> seq(bp.fwd, b);
+  const FwdProblem& p = kVarlen ? seq.sequence : bp.fwd;
+  const SequenceOffsets& at = seq.at;
+  if (past_the_keys<T, D, kBlockN, kVarlen>(bp, p, b, hk, k0)) return;
+  const BackwardQBlocks<kBlockM> blocks(p, hk, k0, kBlockN);
+  using QBlock = typename BackwardQBlocks<kBlockM>::Block;
+
+  if (threadIdx.x == 0) init_barriers<Config>(ss);
+  __syncthreads();
+
+  if (threadIdx.x < 128) {  // producer
+    cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+    if (threadIdx.x == 0 && blocks.n_iters > 0)
+      produce_q_blocks<Config, kVarlen>(params, ss, p, at, blocks, kv_block, hk, b);
+    return;
+  }
+
+  // Consumers.
+  cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+  const int mma_thread = threadIdx.x - 128;  // 0 .. 255
+  const int warpgroup = mma_thread / 128, wg_thread = mma_thread % 128;
+  typename Config::MmaSdP mma_sdp;
+  typename Config::MmadKV mma_dkv;
+  typename Config::MmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(mma_thread);
+  auto thr_dkv = mma_dkv.get_thread_slice(wg_thread);
+  auto thr_dq = mma_dq.get_thread_slice(wg_thread);
+
+  Tensor tSrK = thr_sdp.partition_fragment_B(make_tensor(make_smem_ptr(ss.k), typename Config::KVLayout{}));
+  Tensor tSrV = thr_sdp.partition_fragment_B(make_tensor(make_smem_ptr(ss.v), typename Config::KVLayout{}));
+  // This warpgroup's halves of P and dS as dV^T's and dK^T's B operand (key x query).
+  Tensor tdVrP = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.p + warpgroup * kHalf),
+                                                          typename Config::HalfViewLayout{}));
+  Tensor tdV = partition_fragment_C(mma_dkv, Shape<Int<D>, Int<Config::kKeysPerWarpgroup>>{});
+  Tensor tdK = partition_fragment_C(mma_dkv, Shape<Int<D>, Int<Config::kKeysPerWarpgroup>>{});
+  clear(tdV);
+  clear(tdK);
+  // (query, key) coordinates of the S / dP fragments (the key within the block), and (query,
+  // column within a slice) of dQ's.
+  Tensor c_rc = sm90::as_rowcol(thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{})));
+  Tensor dq_coord_rc = sm90::as_rowcol(thr_dq.partition_C(make_identity_tensor(Shape<_64, Int<Config::kDqSliceCols>>{})));
+  const float scale_log2 = Score::log2_factor(p);
+  const Mask mask(p);
+  const Score score(p);
+
+  // dQ of Q block i (iteration i), one block late: both warpgroups' halves of dS are in buffer
+  // i % 2 (ds_ready); each warpgroup computes its 128 columns of dQ_i = dS K_j in two slices and
+  // adds them to the workspace (rows past seqlen_q dropped: the workspace has seqlen_q rows); the
+  // buffer is free once both have read it (ds_free). The first wait also completes the GEMMs
+  // issued before it.
+  auto dq_block = [&](QBlock qb, int i) {
+    const int buf = i % 2;
+    cutlass::arch::ClusterBarrier::wait(&ss.ds_ready[buf], (i / 2) % 2);
+    Tensor tdQrdS = thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ss.ds[buf]), typename Config::PdSLayout{}));
+    Tensor s_kt = make_tensor(make_smem_ptr(ss.k), typename Config::KtLayout{});
+    float* dq_rows = bp.dq_accum + (workspace_rows(bp, b, qb.h, at.q, kVarlen).dq + qb.q0) * D +
+                     warpgroup * (D / 2);
+    const int row_limit = p.seqlen_q - qb.q0;
+    CUTE_UNROLL
+    for (int slice = 0; slice < Config::kDqSlices; ++slice) {
+      Tensor tdQrK = thr_dq.partition_fragment_B(
+          local_tile(s_kt, Shape<Int<Config::kDqSliceCols>, Int<kBlockN>>{}, make_coord(warpgroup * Config::kDqSlices + slice, _0{})));
+      Tensor tdQ = partition_fragment_C(mma_dq, Shape<_64, Int<Config::kDqSliceCols>>{});
+      sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrK, tdQ);
+      warpgroup_wait<0>();
+      sm90::fence_after_wait(tdQ);
+      if (slice == Config::kDqSlices - 1) cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[buf]);
+      Tensor dq_rc = sm90::as_rowcol(tdQ);
+      CUTE_UNROLL
+      for (int r = 0; r < size<0>(dq_rc); ++r) {
+        const int row = get<0>(dq_coord_rc(r, 0));
+        if (row >= row_limit) continue;
+        float* dst = dq_rows + row * D + slice * Config::kDqSliceCols;
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(dq_rc); c += 2)
+          atomic_add_pair(dst + get<1>(dq_coord_rc(r, c)), dq_rc(r, c), dq_rc(r, c + 1));
+      }
+    }
+  };
+
+  if (blocks.n_iters > 0) sm90::OnceBarrier::wait(ss.kv_barrier);
+  typename Pipeline::State st = Pipeline::consumer_start();
+  QBlock blk = blocks.first(), prev = blk;
+  for (int it = 0; it < blocks.n_iters; ++it) {
+    Pipeline::consumer_wait(ss.pipeline, st);
+    Tensor s_q = make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QLayout{});
+    Tensor s_do = make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QLayout{});
+    Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    Tensor tSrQ = thr_sdp.partition_fragment_A(s_q);
+    Tensor tSrdO = thr_sdp.partition_fragment_A(s_do);
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrQ, tSrK, tSrS);
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrdO, tSrV, tSrdP);
+    // The previous block's dQ queues on the tensor cores behind S and dP.
+    if (it > 0) {
+      dq_block(prev, it - 1);
+    } else {
+      warpgroup_wait<0>();
+    }
+    sm90::fence_after_wait(tSrS, tSrdP);
+
+    // P and dS; a row is a query (its LSE2 and D), a column a key. Only blocks that cross the
+    // causal diagonal, a window's edge or the end of the keys pay for the compares; padded query
+    // rows have LSE2 = +inf: P = 0. With the softcap, dS = P (dP - D) tanh'(.).
+    Tensor s_rc = sm90::as_rowcol(tSrS);
+    Tensor dp_rc = sm90::as_rowcol(tSrdP);
+    const float2* stats = ss.stats[st.index];
+    const bool needs_mask = !mask.covers(blk.q0, blk.q0 + kBlockM - 1, k0, k0 + kBlockN);
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(s_rc); ++r) {
+      const int q = get<0>(c_rc(r, 0));
+      const float2 stat = stats[q];  // (LSE2, D)
+      const int limit = needs_mask ? mask.key_limit(blk.q0 + q) - k0 : kBlockN;
+      const int begin = Mask::kInterval && needs_mask ? mask.key_begin(blk.q0 + q) - k0 : 0;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s_rc); ++c) {
+        const int key = get<1>(c_rc(r, c));
+        const bool seen = key < limit && (!Mask::kInterval || key >= begin);
+        if constexpr (Score::kTransforms) {
+          // As in bwd_sm90_kernel.cuh: P from the forward's tanh, tanh' to t's relative precision.
+          const float x = s_rc(r, c) * score.pre;
+          const float t = tanh_approx(x);
+          const float prob = seen ? exp2_approx(fmaf(t, scale_log2, -stat.x)) : 0.f;
+          s_rc(r, c) = prob;
+          dp_rc(r, c) = prob * (dp_rc(r, c) - stat.y) * tanh_derivative(x, t);
+        } else {
+          const float prob = seen ? exp2_approx(fmaf(s_rc(r, c), scale_log2, -stat.x)) : 0.f;
+          s_rc(r, c) = prob;
+          dp_rc(r, c) = prob * (dp_rc(r, c) - stat.y);
+        }
+      }
+    }
+
+    // P and dS (the element type) into this warpgroup's halves: P's single buffer was last read
+    // by the previous block's dV^T GEMM (completed); dS's buffer it % 2 by both warpgroups' dQ
+    // GEMMs two blocks ago (ds_free).
+    if (it >= 2) cutlass::arch::ClusterBarrier::wait(&ss.ds_free[it % 2], ((it - 2) / 2) % 2);
+    // A thread's column pairs (2j, 2j + 1) are adjacent in the tile (the swizzle moves 16-byte
+    // chunks): one 4-byte shared store each.
+    Tensor p_s = sm90::as_rowcol(thr_sdp.partition_C(make_tensor(make_smem_ptr(ss.p), typename Config::PdSLayout{})));
+    Tensor ds_s = sm90::as_rowcol(thr_sdp.partition_C(make_tensor(make_smem_ptr(ss.ds[it % 2]), typename Config::PdSLayout{})));
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(s_rc); ++r)
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s_rc); c += 2) {
+        store_shared_pair(&p_s(r, c), sm90::pack_pair<T>(s_rc(r, c), s_rc(r, c + 1)));
+        store_shared_pair(&ds_s(r, c), sm90::pack_pair<T>(dp_rc(r, c), dp_rc(r, c + 1)));
+      }
+    cutlass::arch::fence_view_async_shared();  // the stores, before the WGMMAs' (async-proxy) reads
+    cutlass::arch::NamedBarrier::sync(128, kHalvesStoredBarrier + warpgroup);
+    cutlass::arch::ClusterBarrier::arrive(&ss.ds_ready[it % 2]);
+
+    // dV^T += dO^T P_w, dK^T += Q^T dS_w.
+    Tensor tdKrdS = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.ds[it % 2] + warpgroup * kHalf),
+                                                             typename Config::HalfViewLayout{}));
+    Tensor tdVrdOt = thr_dkv.partition_fragment_A(make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QtLayout{}));
+    Tensor tdKrQt = thr_dkv.partition_fragment_A(make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QtLayout{}));
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/false>(mma_dkv, tdVrdOt, tdVrP, tdV);
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/false>(mma_dkv, tdKrQt, tdKrdS, tdK);
+    warpgroup_wait<0>();
+    sm90::fence_after_wait(tdV, tdK);
+    Pipeline::consumer_release(ss.pipeline, st);  // Q_i and dO_i are read
+    st.advance();
+    prev = blk;
+    blk = blocks.next(blk);
+  }
+  if (blocks.n_iters > 0) dq_block(prev, blocks.n_iters - 1);
+
+  // dK = scale * (dK^T)^T and dV to global memory, rows (keys) past seqlen_k dropped (and zeroed
+  // up to the sequence's rows when seqused_k leaves some unused). A thread holds (d, key) pairs:
+  // the stores are 2- or 4-byte scattered ones, once per CTA.
+  Tensor kv_coord_rc = sm90::as_rowcol(
+      thr_dkv.partition_C(make_identity_tensor(Shape<Int<D>, Int<Config::kKeysPerWarpgroup>>{})));
+  const int used = p.seqlen_k - k0;
+  const int key0 = warpgroup * Config::kKeysPerWarpgroup;
+  with_gradient_rows<T, kVarlen>(bp, b, hk, k0, [&](auto* dk_out, auto* dv_out, int k_rows) {
+    using G = std::remove_pointer_t<decltype(dk_out)>;
+    Tensor dk_rc = sm90::as_rowcol(tdK);
+    Tensor dv_rc = sm90::as_rowcol(tdV);
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(dk_rc); ++c) {
+      const int key = key0 + get<1>(kv_coord_rc(0, c));
+      if (key >= used) continue;
+      CUTE_UNROLL
+      for (int r = 0; r < size<0>(dk_rc); ++r) {
+        const int d = get<0>(kv_coord_rc(r, c));
+        dk_out[key * bp.dk_row_stride + d] = from_float<G>(dk_rc(r, c) * p.softmax_scale);
+        dv_out[key * bp.dv_row_stride + d] = from_float<G>(dv_rc(r, c));
+      }
+    }
+    zero_unused_tail<D, kVarlen, kBlockN>(bp, dk_out, dv_out, k_rows, k0, used, mma_thread);
+  });
+}
+
+}  // namespace hfa::bwd_sm90
