@@ -272,8 +272,9 @@ Status plan_backward(const BackwardArgs& a, const DeviceInfo& device = hopper())
   return select_backward_kernel_for(a.kernel, p, device, &kernel);
 }
 
-// "auto" runs bwd_sm90 on Hopper at every head dim, and fa2 where the GPU is not a Hopper or
-// bwd_sm90 has no (or a slower) deterministic mode.
+// "auto" runs bwd_sm90 on Hopper, and fa2 where the GPU is not a Hopper or where fa2 measured
+// faster: head_dim 256 (bwd_sm90 then runs the variants fa2 does not take) and the deterministic
+// mode at 64 (bwd_sm90 has none at 256, and refuses it by name).
 TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
   BwdProblem p;
   ASSERT_TRUE(normalize_backward(valid_backward_args(), &p).ok());
@@ -284,8 +285,6 @@ TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
   ampere.cc_major = 8;
   ASSERT_TRUE(select_backward_kernel_for("auto", p, ampere, &kernel).ok());
   EXPECT_EQ(kernel->name, "fa2");
-  // Deterministic: fa2 at head_dim 64 (measured faster) and 256 (bwd_sm90 has no such mode
-  // there, and refuses it by name), bwd_sm90 at 128.
   for (int d : {64, 128, 256}) {
     bool built = false;
     for (int c : {HFA_HEAD_DIMS_INIT}) built = built || c == d;
@@ -293,7 +292,12 @@ TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
     BwdProblem dense = p;
     dense.fwd.head_dim = d;
     ASSERT_TRUE(select_backward_kernel_for("auto", dense, hopper(), &kernel).ok()) << d;
-    EXPECT_EQ(kernel->name, "bwd_sm90") << "head_dim " << d;
+    EXPECT_EQ(kernel->name, d == 256 ? "fa2" : "bwd_sm90") << "head_dim " << d;
+    EXPECT_TRUE(select_backward_kernel_for("bwd_sm90", dense, hopper(), &kernel).ok()) << d;
+    BwdProblem capped = dense;
+    capped.fwd.softcap = 30.f;
+    ASSERT_TRUE(select_backward_kernel_for("auto", capped, hopper(), &kernel).ok()) << d;
+    EXPECT_EQ(kernel->name, "bwd_sm90") << "softcap, head_dim " << d;
     BwdProblem det = dense;
     det.deterministic = true;
     ASSERT_TRUE(select_backward_kernel_for("auto", det, hopper(), &kernel).ok()) << d;

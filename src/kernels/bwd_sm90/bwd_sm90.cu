@@ -62,12 +62,14 @@ BackwardKernelEntry bwd_sm90_backward_entry() {
                "and 128; fa2 at 256); 16-byte aligned pointers and strides; sm90a (H100/H200)";
   e.variants = {/*window=*/true, /*softcap=*/true, /*sinks=*/true, /*varlen=*/true};
   e.auto_priority = 20;
-  // Deterministic at head_dim 64, fa2's mode measured 3-10% faster in all 12 configurations
-  // (docs/results/2026-11-24-h100-peers-bwd-deterministic-bc930cc.json; bwd_sm90's is 1-15%
-  // faster at 128): "auto" ranks bwd_sm90 below fa2 (10) there, and at head_dim 256, where it
-  // has no deterministic mode.
+  // "auto" ranks bwd_sm90 below fa2 (10) where fa2 measured faster: the deterministic mode at
+  // head_dim 64 (3-10% in all 12 configurations,
+  // docs/results/2026-11-24-h100-peers-bwd-deterministic-bc930cc.json; bwd_sm90's is 1-15% faster
+  // at 128) and head_dim 256 (dense: fa2 0.736x cuDNN, bwd_sm90 0.723x,
+  // docs/results/2026-11-26-h100-peers-bwd-d256-155f59e.json; bwd_sm90 has no deterministic mode
+  // there). So at 256 bwd_sm90 runs what fa2 cannot: sliding window, softcap, sinks.
   e.auto_priority_for = [](const BwdProblem& p) {
-    return p.deterministic && p.fwd.head_dim != 128 ? 5 : 20;
+    return p.fwd.head_dim == 256 || (p.deterministic && p.fwd.head_dim == 64) ? 5 : 20;
   };
   e.check = check;
   e.launch = launch;
