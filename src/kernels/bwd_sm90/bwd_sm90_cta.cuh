@@ -142,6 +142,52 @@ __device__ __forceinline__ void produce_q_blocks(const typename Config::Params& 
   }
 }
 
+// The CTA's roles: thread 0 initializes the barriers; after the CTA's barrier the producer
+// warpgroup gives up registers and its thread 0 streams the Q blocks, the consumer warpgroups
+// take the registers. Returns true for the producer warpgroup (done: the caller returns).
+template <class Config, bool kVarlen, class Storage>
+__device__ __forceinline__ bool run_producer(const typename Config::Params& params, Storage& ss,
+                                            const FwdProblem& p, const SequenceOffsets& at,
+                                            const BackwardQBlocks<Config::kBlockM>& blocks,
+                                            int kv_block, int hk, int b) {
+  if (threadIdx.x == 0) init_barriers<Config>(ss);
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+    if (threadIdx.x == 0 && blocks.n_iters > 0)
+      produce_q_blocks<Config, kVarlen>(params, ss, p, at, blocks, kv_block, hk, b);
+    return true;
+  }
+  cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+  return false;
+}
+
+// The keys of a KV block (block-relative) that `query` sees: [begin, limit) by the Mask; a block
+// that needs no mask (it crosses no causal diagonal, window edge or end of the keys) pays for no
+// compares.
+template <class Mask>
+struct VisibleKeys {
+  int begin, limit;
+  __device__ VisibleKeys(const Mask& mask, bool needs_mask, int query, int k0, int block_n)
+      : begin(Mask::kInterval && needs_mask ? mask.key_begin(query) - k0 : 0),
+        limit(needs_mask ? mask.key_limit(query) - k0 : block_n) {}
+  __device__ bool sees(int key) const { return key < limit && (!Mask::kInterval || key >= begin); }
+};
+
+// A transforming Score (softcap): s (the raw score) becomes P, from the forward's tanh
+// (tanh_approx: P matches the LSE it gave), and dp becomes dS = P (dP - D) tanh'(.), tanh' to t's
+// relative precision (tanh_derivative: 1 - t * t lost most of it where |t| nears 1). stat: the
+// row's (LSE2, D).
+template <class Score>
+__device__ __forceinline__ void transformed_p_and_ds(const Score& score, float scale_log2, float2 stat,
+                                                     bool seen, float& s, float& dp) {
+  const float x = s * score.pre;
+  const float t = tanh_approx(x);
+  const float prob = seen ? exp2_approx(fmaf(t, scale_log2, -stat.x)) : 0.f;
+  s = prob;
+  dp = prob * (dp - stat.y) * tanh_derivative(x, t);
+}
+
 // After the walk: rows of dK and dV the sequence spans but does not use (past seqused_k, when
 // the block holds its last used key) are zeroed; `used`: the block's used keys, p.seqlen_k - k0.
 template <int D, bool kVarlen, int BlockN, class G>

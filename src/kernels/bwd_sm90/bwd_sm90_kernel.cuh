@@ -155,18 +155,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const BackwardQBlocks<kBlockM> blocks(p, hk, k0, kBlockN);
   using QBlock = typename BackwardQBlocks<kBlockM>::Block;
 
-  if (threadIdx.x == 0) init_barriers<Config>(ss);
-  __syncthreads();
-
-  if (threadIdx.x < 128) {  // producer
-    cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
-    if (threadIdx.x == 0 && blocks.n_iters > 0)
-      produce_q_blocks<Config, kVarlen>(params, ss, p, at, blocks, kv_block, hk, b);
-    return;
-  }
+  if (run_producer<Config, kVarlen>(params, ss, p, at, blocks, kv_block, hk, b)) return;
 
   // Consumers.
-  cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
   using NamedBarrier = cutlass::arch::NamedBarrier;
   const int mma_thread = threadIdx.x - 128;  // 0 .. 255
   const int warpgroup = mma_thread / 128;
@@ -314,23 +305,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     CUTE_UNROLL
     for (int c = 0; c < size<1>(s_rc); ++c) {
       const int q = get<1>(c_rc(0, c));
-      const float lse2 = stats[q].x;
-      const int limit = needs_mask ? mask.key_limit(blk.q0 + q) - k0 : kBlockN;
-      const int begin = Mask::kInterval && needs_mask ? mask.key_begin(blk.q0 + q) - k0 : 0;
+      const float2 stat = stats[q];  // (LSE2, D)
+      const VisibleKeys<Mask> keys(mask, needs_mask, blk.q0 + q, k0, kBlockN);
       CUTE_UNROLL
       for (int r = 0; r < size<0>(s_rc); ++r) {
-        const int key = get<0>(c_rc(r, c));
-        const bool seen = key < limit && (!Mask::kInterval || key >= begin);
+        const bool seen = keys.sees(get<0>(c_rc(r, c)));
         if constexpr (Score::kTransforms) {
-          // P from the forward's tanh (tanh_approx: P matches the LSE it gave), tanh' to t's
-          // relative precision (tanh_derivative: 1 - t * t lost most of it where |t| nears 1).
-          const float x = s_rc(r, c) * score.pre;
-          const float t = tanh_approx(x);
-          const float prob = seen ? exp2_approx(fmaf(t, scale_log2, -lse2)) : 0.f;
-          s_rc(r, c) = prob;
-          dp_rc(r, c) = prob * (dp_rc(r, c) - stats[q].y) * tanh_derivative(x, t);
+          transformed_p_and_ds(score, scale_log2, stat, seen, s_rc(r, c), dp_rc(r, c));
         } else {
-          const float prob = exp2_approx(fmaf(s_rc(r, c), scale_log2, -lse2));
+          const float prob = exp2_approx(fmaf(s_rc(r, c), scale_log2, -stat.x));
           s_rc(r, c) = seen ? prob : 0.f;
         }
       }

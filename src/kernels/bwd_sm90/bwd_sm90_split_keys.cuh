@@ -122,18 +122,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const BackwardQBlocks<kBlockM> blocks(p, hk, k0, kBlockN);
   using QBlock = typename BackwardQBlocks<kBlockM>::Block;
 
-  if (threadIdx.x == 0) init_barriers<Config>(ss);
-  __syncthreads();
-
-  if (threadIdx.x < 128) {  // producer
-    cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
-    if (threadIdx.x == 0 && blocks.n_iters > 0)
-      produce_q_blocks<Config, kVarlen>(params, ss, p, at, blocks, kv_block, hk, b);
-    return;
-  }
+  if (run_producer<Config, kVarlen>(params, ss, p, at, blocks, kv_block, hk, b)) return;
 
   // Consumers.
-  cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
   const int mma_thread = threadIdx.x - 128;  // 0 .. 255
   const int warpgroup = mma_thread / 128, wg_thread = mma_thread % 128;
   typename Config::MmaSdP mma_sdp;
@@ -227,19 +218,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int r = 0; r < size<0>(s_rc); ++r) {
       const int q = get<0>(c_rc(r, 0));
       const float2 stat = stats[q];  // (LSE2, D)
-      const int limit = needs_mask ? mask.key_limit(blk.q0 + q) - k0 : kBlockN;
-      const int begin = Mask::kInterval && needs_mask ? mask.key_begin(blk.q0 + q) - k0 : 0;
+      const VisibleKeys<Mask> keys(mask, needs_mask, blk.q0 + q, k0, kBlockN);
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s_rc); ++c) {
-        const int key = get<1>(c_rc(r, c));
-        const bool seen = key < limit && (!Mask::kInterval || key >= begin);
+        const bool seen = keys.sees(get<1>(c_rc(r, c)));
         if constexpr (Score::kTransforms) {
-          // As in bwd_sm90_kernel.cuh: P from the forward's tanh, tanh' to t's relative precision.
-          const float x = s_rc(r, c) * score.pre;
-          const float t = tanh_approx(x);
-          const float prob = seen ? exp2_approx(fmaf(t, scale_log2, -stat.x)) : 0.f;
-          s_rc(r, c) = prob;
-          dp_rc(r, c) = prob * (dp_rc(r, c) - stat.y) * tanh_derivative(x, t);
+          transformed_p_and_ds(score, scale_log2, stat, seen, s_rc(r, c), dp_rc(r, c));
         } else {
           const float prob = seen ? exp2_approx(fmaf(s_rc(r, c), scale_log2, -stat.x)) : 0.f;
           s_rc(r, c) = prob;
