@@ -186,16 +186,3 @@ def test_opcheck_autograd():
     torch.library.opcheck(torch.ops.hfa.attention_varlen_fwd.default,
                           (q, k, v, cu, cu, 64, 64, None, True, None, "auto"),
                           test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
-
-
-def test_deterministic_backward_variant_at_a_head_dim_without_a_kernel_is_refused_by_name():
-    # d = 256, deterministic, with softcap: bwd_sm90 has no deterministic mode there and fa2
-    # takes no softcap.
-    q, k, v, cu, _ = _packed([64, 30], [64, 30], 2, 2, 256, torch.bfloat16, seed=4)
-    q.requires_grad_()
-    out = hfa.attention_varlen(q, k, v, cu, cu, 64, 64, softcap=5.0, deterministic=True)
-    with pytest.raises(ValueError) as e:
-        out.sum().backward()
-    for words in ('softcap: kernel "fa2" does not support',
-                  'deterministic: kernel "bwd_sm90" has no deterministic mode at head_dim 256'):
-        assert words in str(e.value)

@@ -272,9 +272,9 @@ Status plan_backward(const BackwardArgs& a, const DeviceInfo& device = hopper())
   return select_backward_kernel_for(a.kernel, p, device, &kernel);
 }
 
-// "auto" runs bwd_sm90 on Hopper, and fa2 where the GPU is not a Hopper or where fa2 measured
-// faster: head_dim 256 (bwd_sm90 then runs the variants fa2 does not take) and the deterministic
-// mode at 64 (bwd_sm90 has none at 256, and refuses it by name).
+// "auto" runs bwd_sm90 on Hopper at every head dim (with every variant and in deterministic
+// mode), and fa2 where the GPU is not a Hopper or for the deterministic mode at head_dim 64
+// (measured faster there).
 TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
   BwdProblem p;
   ASSERT_TRUE(normalize_backward(valid_backward_args(), &p).ok());
@@ -292,8 +292,7 @@ TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
     BwdProblem dense = p;
     dense.fwd.head_dim = d;
     ASSERT_TRUE(select_backward_kernel_for("auto", dense, hopper(), &kernel).ok()) << d;
-    EXPECT_EQ(kernel->name, d == 256 ? "fa2" : "bwd_sm90") << "head_dim " << d;
-    EXPECT_TRUE(select_backward_kernel_for("bwd_sm90", dense, hopper(), &kernel).ok()) << d;
+    EXPECT_EQ(kernel->name, "bwd_sm90") << "head_dim " << d;
     BwdProblem capped = dense;
     capped.fwd.softcap = 30.f;
     ASSERT_TRUE(select_backward_kernel_for("auto", capped, hopper(), &kernel).ok()) << d;
@@ -301,10 +300,8 @@ TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
     BwdProblem det = dense;
     det.deterministic = true;
     ASSERT_TRUE(select_backward_kernel_for("auto", det, hopper(), &kernel).ok()) << d;
-    EXPECT_EQ(kernel->name, d == 128 ? "bwd_sm90" : "fa2") << "deterministic, head_dim " << d;
-    if (d == 256)
-      expect_error(select_backward_kernel_for("bwd_sm90", det, hopper(), &kernel), StatusCode::kUnsupported,
-                   {"deterministic", "bwd_sm90", "256", "fa2"});
+    EXPECT_EQ(kernel->name, d == 64 ? "fa2" : "bwd_sm90") << "deterministic, head_dim " << d;
+    EXPECT_TRUE(select_backward_kernel_for("bwd_sm90", det, hopper(), &kernel).ok()) << d;
   }
   EXPECT_EQ(p.dq, g_dq);
   EXPECT_EQ(p.dk_row_stride, kHkv * kD);

@@ -152,8 +152,8 @@ TEST(VarlenValidation, KernelsWithoutVarlenRefuseIt) {
     EXPECT_EQ(info.varlen, info.name == "k6" || info.name == "fa2") << info.name;
 }
 
-// Packed gradients, their rules, and the kernels: bwd_sm90 runs them on Hopper (fa2 at head_dim
-// 256, where it measured faster), fa2 elsewhere, but not with softcap (nor a window or sinks).
+// Packed gradients, their rules, and the kernels: bwd_sm90 runs them on Hopper, fa2 elsewhere,
+// but not with softcap (nor a window or sinks).
 TEST(VarlenValidation, BackwardTakesThePackedGradients) {
   BackwardArgs b;
   const ForwardArgs f = varlen_args();
@@ -176,7 +176,7 @@ TEST(VarlenValidation, BackwardTakesThePackedGradients) {
   const BackwardKernelEntry* kernel = nullptr;
   ASSERT_TRUE(select_backward_kernel_for("fa2", p, hopper(), &kernel).ok());
   ASSERT_TRUE(select_backward_kernel_for("auto", p, hopper(), &kernel).ok());
-  EXPECT_EQ(kernel->name, kD == 256 ? "fa2" : "bwd_sm90");
+  EXPECT_EQ(kernel->name, "bwd_sm90");
   DeviceInfo ampere = hopper();
   ampere.cc_major = 8;
   ASSERT_TRUE(select_backward_kernel_for("auto", p, ampere, &kernel).ok());

@@ -226,8 +226,8 @@ TEST_P(BackwardPerKernel, Fp32GradientsAreTheUnroundedSums) {
       }
 }
 
-// select_backward_kernel names what "auto" runs (bwd_sm90 on Hopper but at head_dim 256, else
-// fa2) and refuses a named kernel that cannot take the problem, as the backward itself does.
+// select_backward_kernel names what "auto" runs (bwd_sm90 on Hopper, else fa2) and refuses a
+// named kernel that cannot take the problem, as the backward itself does.
 TEST(BackwardSelection, AutoAndNamedKernels) {
   HFA_SKIP_WITHOUT_GPU();
   cudaDeviceProp prop{};
@@ -239,7 +239,7 @@ TEST(BackwardSelection, AutoAndNamedKernels) {
     BackwardArgs a = buf.backward_args();
     std::string name;
     ASSERT_TRUE(select_backward_kernel(a, &name).ok());
-    EXPECT_EQ(name, hopper && d != 256 ? "bwd_sm90" : "fa2") << "d " << d;
+    EXPECT_EQ(name, hopper ? "bwd_sm90" : "fa2") << "d " << d;
     a.kernel = "bwd_sm90";
     const Status st = select_backward_kernel(a, &name);
     if (hopper) {

@@ -50,10 +50,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     fp16 (or float8_e4m3fn: below) CUDA tensors on one device, head_dim contiguous. heads_q must be a multiple of heads_kv
     (GQA/MQA). causal is aligned bottom-right when seqlen_q != seqlen_k. softmax_scale defaults to
     1/sqrt(head_dim). kernel: a name from list_kernels(), or "auto" (the forward);
-    backward_kernel: a name from list_backward_kernels(), or "auto" (bwd_sm90 on Hopper; fa2
-    at head_dim 256 (measured faster there; bwd_sm90 runs the window, softcap and sinks there) and
-    for the deterministic mode at head_dim 64 (measured faster) and 256 (bwd_sm90 has none), and
-    on other GPUs). With return_lse, also returns
+    backward_kernel: a name from list_backward_kernels(), or "auto" (bwd_sm90 on Hopper, fa2
+    for the deterministic mode at head_dim 64 (measured faster there) and on other GPUs). With return_lse, also returns
     the fp32 log-sum-exp of each row, shape (batch, heads_q, seqlen_q) (not differentiable).
 
     FP8: q, k, v as torch.float8_e4m3fn with q_descale, k_descale, v_descale, each fp32

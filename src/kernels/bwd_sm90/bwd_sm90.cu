@@ -31,11 +31,6 @@ Status check(const BwdProblem& bp, const DeviceInfo& device) {
   if (!has_shape)
     return make_error(StatusCode::kUnsupported, "head_dim: kernel \"%s\" has no shape for head_dim %d",
                       kName, p.head_dim);
-  if (bp.deterministic && !bwd_sm90::has_deterministic(p.head_dim))
-    return make_error(StatusCode::kUnsupported,
-                      "deterministic: kernel \"%s\" has no deterministic mode at head_dim %d (its dQ "
-                      "is added by unordered atomics there); the \"auto\" backward runs fa2's",
-                      kName, p.head_dim);
   return check_backward_operands(kName, bp);
 }
 
@@ -56,21 +51,17 @@ BackwardKernelEntry bwd_sm90_backward_entry() {
       "with dK/dV in registers; d <= 128: 128-key blocks, S^T/dP^T with the keys as M so that "
       "dV += P^T dO and dK += dS^T Q take P^T and dS^T from registers, dQ = dS K added in fp32 "
       "by TMA reductions; d = 256: 64-key blocks split between the warpgroups, dK^T/dV^T in "
-      "registers, P and dS through shared memory, dQ added by fp32 atomics";
+      "registers, P and dS through shared memory, dQ staged in the consumed Q/dO stage and "
+      "added by TMA reductions";
   e.supports = "bf16/fp16, head_dim 64, 128 and 256, causal (block skipping), sliding window, "
-               "softcap, sinks, variable-length batches, GQA/MQA, deterministic mode (head_dim 64 "
-               "and 128; fa2 at 256); 16-byte aligned pointers and strides; sm90a (H100/H200)";
+               "softcap, sinks, variable-length batches, GQA/MQA, deterministic mode; 16-byte "
+               "aligned pointers and strides; sm90a (H100/H200)";
   e.variants = {/*window=*/true, /*softcap=*/true, /*sinks=*/true, /*varlen=*/true};
   e.auto_priority = 20;
-  // "auto" ranks bwd_sm90 below fa2 (10) where fa2 measured faster: the deterministic mode at
-  // head_dim 64 (3-10% in all 12 configurations,
-  // docs/results/2026-11-24-h100-peers-bwd-deterministic-bc930cc.json; bwd_sm90's is 1-15% faster
-  // at 128) and head_dim 256 (dense: fa2 0.736x cuDNN, bwd_sm90 0.723x,
-  // docs/results/2026-11-26-h100-peers-bwd-d256-155f59e.json; bwd_sm90 has no deterministic mode
-  // there). So at 256 bwd_sm90 runs what fa2 cannot: sliding window, softcap, sinks.
-  e.auto_priority_for = [](const BwdProblem& p) {
-    return p.fwd.head_dim == 256 || (p.deterministic && p.fwd.head_dim == 64) ? 5 : 20;
-  };
+  // Deterministic at head_dim 64, fa2's mode measured 3-10% faster in all 12 configurations
+  // (docs/results/2026-11-24-h100-peers-bwd-deterministic-bc930cc.json; bwd_sm90's is 1-15%
+  // faster at 128): "auto" ranks bwd_sm90 below fa2 (10) there.
+  e.auto_priority_for = [](const BwdProblem& p) { return p.deterministic && p.fwd.head_dim == 64 ? 5 : 20; };
   e.check = check;
   e.launch = launch;
   return e;

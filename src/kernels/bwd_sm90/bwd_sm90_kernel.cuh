@@ -400,18 +400,18 @@ cudaError_t launch_policies(const BwdProblem& bp, cudaStream_t stream) {
     params.tma_k = sm90::make_tile_tma<E, Config::kBlockN, D>(p.k, rows_k, p.heads_kv, tma_batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
     params.tma_v = sm90::make_tile_tma<E, Config::kBlockN, D>(p.v, rows_k, p.heads_kv, tma_batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
     const dim3 grid((p.seqlen_k + Config::kBlockN - 1) / Config::kBlockN, p.heads_kv, p.batch);
-    if constexpr (D > 128) {  // dQ by atomics; no deterministic mode (refused by the check)
-      if (bp.deterministic) return cudaErrorInvalidValue;
-      return launch_with_smem(bwd_sm90_split_keys_kernel<T, kVarlen, Mask, Score>, grid, kThreads,
-                              Config::kSmemBytes, stream, params);
+    if (!no_queries) {
+      if (cudaError_t err = sm90::encode_f32_tensor_map(&params.dq_map, bp.dq_accum, D, dq_plane_rows(bp),
+                                                        static_cast<uint64_t>(dq_planes(bp)),
+                                                        Config::kDqSlabCols, Config::kBlockM);
+          err != cudaSuccess)
+        return err;
+    }
+    if constexpr (D > 128) {
+      auto* kernel = bp.deterministic ? bwd_sm90_split_keys_kernel<T, true, kVarlen, Mask, Score>
+                                      : bwd_sm90_split_keys_kernel<T, false, kVarlen, Mask, Score>;
+      return launch_with_smem(kernel, grid, kThreads, Config::kSmemBytes, stream, params);
     } else {
-      if (!no_queries) {
-        if (cudaError_t err = sm90::encode_f32_tensor_map(&params.dq_map, bp.dq_accum, D, dq_plane_rows(bp),
-                                                          static_cast<uint64_t>(dq_planes(bp)),
-                                                          Config::kDqSlabCols, Config::kBlockM);
-            err != cudaSuccess)
-          return err;
-      }
       auto* kernel = bp.deterministic ? bwd_sm90_kernel<T, D, true, kVarlen, Mask, Score>
                                       : bwd_sm90_kernel<T, D, false, kVarlen, Mask, Score>;
       return launch_with_smem(kernel, grid, kThreads, Config::kSmemBytes, stream, params);

@@ -27,13 +27,10 @@ constexpr int stages(int head_dim) { return head_dim <= 64 ? 4 : 2; }
 // also with dS^T computed before dV's GEMM is issued.
 constexpr int block_m(int /*head_dim*/) { return 64; }
 constexpr bool has_shape(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
-// d = 256 adds dQ by fp32 atomics (no shared memory is left to stage it for the ordered TMA
-// reductions): it has no deterministic mode.
-constexpr bool has_deterministic(int head_dim) { return head_dim <= 128; }
 
 // Shared memory of a shape: K and V, stages x (Q, dO), two dS buffers (bf16/fp16), at d <= 128
-// the staged dQ block (fp32), at d = 256 the P tile; stages x the row statistics, 1 KB of
-// barriers and 1 KB of alignment slack.
+// the staged dQ block (fp32; d = 256 stages it in a consumed Q / dO stage), at d = 256 the P
+// tile; stages x the row statistics, 1 KB of barriers and 1 KB of alignment slack.
 constexpr size_t smem_bytes(int head_dim) {
   const size_t m = block_m(head_dim), n = block_n(head_dim), d = head_dim, st = stages(head_dim);
   const size_t tiles = (2 * n * d + st * 2 * m * d + 2 * n * m) * 2 + st * m * 8 + 2048;

@@ -10,11 +10,13 @@
 //   dV^T += dO^T P_w, dK^T += Q^T dS_w     SS, M = d (four 64-row atoms), N = the warpgroup's 32
 //                                          keys, k = the queries; dO, Q and the halves read MN-major
 //   dQ = dS K, one Q block later           SS, each warpgroup 128 of dQ's columns in two slices of
-//                                          64 (32 registers each), added to the fp32 workspace by
-//                                          8-byte atomics straight from the registers
-// The atomics replace the d <= 128 kernel's staged TMA reductions: K, V and two stages of Q and dO
-// take 192 KB, and a 64 x 256 fp32 staging tile (64 KB) no longer fits beside them. They are not
-// ordered, so d = 256 has no deterministic mode (bwd_sm90_launch.h: has_deterministic).
+//                                          64 (32 registers each), staged in fp32 and added to the
+//                                          workspace by TMA reductions
+// K, V and two stages of Q and dO take 192 KB: no room is left for a 64 KB fp32 dQ staging tile,
+// so dQ_i is staged in the ring stage that block i was read from (Q's tile and dO's, 32 KB each),
+// which goes back to the producer once the reductions have read it. (8-byte fp32 atomics from the
+// registers, the first version, made the kernel L2-bound: WORKLOG.) The deterministic mode orders
+// the reductions by the d <= 128 kernel's turns.
 // The producer, the walk over Q blocks, the variable-length view and the dS hand-over between the
 // warpgroups (ds_ready / ds_free, two buffers) are the d <= 128 kernel's (bwd_sm90_cta.cuh).
 #pragma once
@@ -28,7 +30,9 @@
 #include "kernels/bwd_sm90/bwd_sm90_launch.h"
 #include "kernels/common/backward_passes.cuh"
 #include "kernels/common/numeric.cuh"
+#include "kernels/common/turns.cuh"
 #include "kernels/sm90/common/attention_config.cuh"
+#include "kernels/sm90/common/bulk_reduce.cuh"
 #include "kernels/sm90/common/element.cuh"
 #include "kernels/sm90/common/mask.cuh"
 #include "kernels/sm90/common/pipeline.cuh"
@@ -37,9 +41,11 @@
 
 namespace hfa::bwd_sm90 {
 
-// Named barrier (CUTLASS adds its reserved ids): each warpgroup's P and dS halves are stored
-// (ids 1, 2) before its own GEMMs read them.
+// Named barriers (CUTLASS adds its reserved ids): each warpgroup's P and dS halves are stored
+// (ids 1, 2) before its own GEMMs read them; its dQ half is staged (ids 3, 4) before the leader
+// issues the reductions.
 constexpr int kHalvesStoredBarrier = 1;  // + warpgroup
+constexpr int kDqStagedBarrier = 3;      // + warpgroup
 
 template <typename T>
 struct SplitKeysConfig {
@@ -47,7 +53,12 @@ struct SplitKeysConfig {
   static constexpr int kHeadDim = 256, D = kHeadDim;
   static constexpr int kBlockM = block_m(D), kBlockN = block_n(D), kStages = stages(D);
   static constexpr int kKeysPerWarpgroup = kBlockN / 2;
-  static constexpr int kDqSliceCols = 64, kDqSlices = D / 2 / kDqSliceCols;  // per warpgroup
+  // dQ: a warpgroup's 128 columns, computed in two slices of 64 (32 registers each), staged
+  // and reduced in DqStage's 32-column slabs.
+  static constexpr int kDqCols = D / 2, kDqSliceCols = 64, kDqSlices = kDqCols / kDqSliceCols;
+  static constexpr int kDqSlabCols = DqStage<kBlockM>::kSlabCols;
+  static_assert(kBlockM * kDqCols * sizeof(float) == kBlockM * D * sizeof(E),
+                "a warpgroup's dQ half is staged in one Q or dO tile of the ring");
   static_assert(kBlockN == 64 && kBlockM == 64, "the GEMM shapes below assume 64 x 64 blocks");
   using QLayout = sm90::TileLayout<E, kBlockM, D>;                // Q_i, dO_i (query x d)
   using KVLayout = sm90::TileLayout<E, kBlockN, D>;               // K_j, V_j (key x d)
@@ -84,6 +95,7 @@ struct SplitKeysConfig {
     uint64_t kv_barrier;
     uint64_t ds_ready[2];
     uint64_t ds_free[2];
+    uint64_t stage_consumed[kStages];  // both warpgroups' GEMMs are done with the stage (256 arrivals)
     typename Pipeline::SharedStorage pipeline;
   };
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
@@ -92,6 +104,7 @@ struct SplitKeysConfig {
     BwdProblem problem;
     sm90::TileTma<E, kBlockM, D> tma_q, tma_do;
     sm90::TileTma<E, kBlockN, D> tma_k, tma_v;
+    CUtensorMap dq_map;  // the dQ workspace as (D, dq_plane_rows, dq_planes), (32, kBlockM) boxes
   };
 };
 
@@ -102,7 +115,9 @@ __device__ __forceinline__ void store_shared_pair(E* dst, uint32_t pair) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pair) : "memory");
 }
 
-template <typename T, bool kVarlen, class Mask, class Score>
+// kDeterministic: each slab's reduction waits for its turn (DqTurns, descending KV-block order)
+// and passes it on once it has completed, as in bwd_sm90_kernel.cuh.
+template <typename T, bool kDeterministic, bool kVarlen, class Mask, class Score>
 __global__ void __launch_bounds__(kThreads, 1)
     bwd_sm90_split_keys_kernel(const __grid_constant__ typename SplitKeysConfig<T>::Params params) {
   using Config = SplitKeysConfig<T>;
@@ -113,7 +128,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   using namespace cute;
   auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const BwdProblem& bp = params.problem;
-  const int kv_block = blockIdx.x;
+  // Deterministic: KV block j runs on CTA gridDim.x - 1 - j, so that the block whose turn comes
+  // first (the last one) has the lower index and is launched no later (turns.cuh).
+  const int kv_block = kDeterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int k0 = kv_block * kBlockN, hk = blockIdx.y, b = blockIdx.z;
   const CtaSequence<kVarlen> seq(bp.fwd, b);
   const FwdProblem& p = kVarlen ? seq.sequence : bp.fwd;
@@ -122,6 +139,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const BackwardQBlocks<kBlockM> blocks(p, hk, k0, kBlockN);
   using QBlock = typename BackwardQBlocks<kBlockM>::Block;
 
+  if (threadIdx.x == 0)  // (run_producer's init fences and publishes these with its own)
+    for (int i = 0; i < Config::kStages; ++i) cutlass::arch::ClusterBarrier::init(&ss.stage_consumed[i], 256);
   if (run_producer<Config, kVarlen>(params, ss, p, at, blocks, kv_block, hk, b)) return;
 
   // Consumers.
@@ -151,19 +170,50 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Mask mask(p);
   const Score score(p);
 
-  // dQ of Q block i (iteration i), one block late: both warpgroups' halves of dS are in buffer
-  // i % 2 (ds_ready); each warpgroup computes its 128 columns of dQ_i = dS K_j in two slices and
-  // adds them to the workspace (rows past seqlen_q dropped: the workspace has seqlen_q rows); the
-  // buffer is free once both have read it (ds_free). The first wait also completes the GEMMs
-  // issued before it.
-  auto dq_block = [&](QBlock qb, int i) {
+  // dQ of Q block i (iteration i + 1), one block late: both warpgroups' halves of dS are in
+  // buffer i % 2 (ds_ready); each warpgroup computes its 128 columns of dQ_i = dS K_j in two
+  // slices and stages them (fp32, DqStage's 32-column slabs) in the ring stage block i was read
+  // from -- warpgroup 0 in its Q tile, warpgroup 1 in its dO tile, 32 KB each, a half of dQ_i
+  // exactly -- once both warpgroups' GEMMs are done with that stage (stage_consumed). The
+  // warpgroup's leader adds the four slabs to the workspace by TMA reductions (rows past seqlen_q
+  // lie outside the tensor map: skipped) and hands the stage to the producer once they have read
+  // it. The dS buffer is free once both warpgroups' dQ GEMMs have read it (ds_free). The first
+  // wait also completes the GEMMs issued before it.
+  const int dq_row0 = get<0>(dq_coord_rc(0, 0)), dq_col0 = get<1>(dq_coord_rc(0, 0));
+  // This thread's staging row base for each 8-column group of a slab (DqStage's XOR form): a
+  // store's address is one of them plus immediates.
+  uint32_t row_bases[Config::kDqSlabCols / 8];
+  CUTE_UNROLL
+  for (int g = 0; g < Config::kDqSlabCols / 8; ++g)
+    row_bases[g] = DqStage<kBlockM>::byte_offset(
+        DqStage<kBlockM>::row_base(dq_row0, dq_col0 % 8) + DqStage<kBlockM>::byte_offset(0, dq_col0 - dq_col0 % 8), g * 8);
+  // Deterministic: the leader's turns on the slabs it last added, passed once those additions
+  // have completed: right after the issue without a causal or window mask (every KV block reaches
+  // a Q block at once), at the next block's additions with one (KV blocks arrive a block apart);
+  // bwd_sm90_kernel.cuh's rule.
+  constexpr int kSlabs = Config::kDqCols / Config::kDqSlabCols;  // per warpgroup
+  const bool staggered = p.causal || p.local;
+  const int n_kv_blocks = kVarlen ? (p.seqlen_k + kBlockN - 1) / kBlockN : gridDim.x;
+  int* pending_turns[kSlabs] = {};
+  auto pass_pending_turns = [&] {
+    if constexpr (kDeterministic) {
+      if (pending_turns[0] == nullptr) return;
+      sm90::bulk_wait<0>();              // the additions have completed (written, not just read)
+      sm90::fence_proxy_async_global();  // and come before the turns are passed
+      CUTE_UNROLL
+      for (int s = 0; s < kSlabs; ++s) {
+        pass_turn(pending_turns[s]);
+        pending_turns[s] = nullptr;
+      }
+    }
+  };
+  auto dq_block = [&](QBlock qb, int i, const typename Pipeline::State& st_i) {
     const int buf = i % 2;
     cutlass::arch::ClusterBarrier::wait(&ss.ds_ready[buf], (i / 2) % 2);
     Tensor tdQrdS = thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ss.ds[buf]), typename Config::PdSLayout{}));
     Tensor s_kt = make_tensor(make_smem_ptr(ss.k), typename Config::KtLayout{});
-    float* dq_rows = bp.dq_accum + (workspace_rows(bp, b, qb.h, at.q, kVarlen).dq + qb.q0) * D +
-                     warpgroup * (D / 2);
-    const int row_limit = p.seqlen_q - qb.q0;
+    float* stage = reinterpret_cast<float*>(warpgroup == 0 ? ss.q[st_i.index] : ss.dout[st_i.index]);
+    const uint32_t stage_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
     CUTE_UNROLL
     for (int slice = 0; slice < Config::kDqSlices; ++slice) {
       Tensor tdQrK = thr_dq.partition_fragment_B(
@@ -172,24 +222,58 @@ __global__ void __launch_bounds__(kThreads, 1)
       sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrK, tdQ);
       warpgroup_wait<0>();
       sm90::fence_after_wait(tdQ);
+      if (slice == 0) cutlass::arch::ClusterBarrier::wait(&ss.stage_consumed[st_i.index], st_i.phase);
       if (slice == Config::kDqSlices - 1) cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[buf]);
       Tensor dq_rc = sm90::as_rowcol(tdQ);
       CUTE_UNROLL
-      for (int r = 0; r < size<0>(dq_rc); ++r) {
-        const int row = get<0>(dq_coord_rc(r, 0));
-        if (row >= row_limit) continue;
-        float* dst = dq_rows + row * D + slice * Config::kDqSliceCols;
+      for (int r = 0; r < size<0>(dq_rc); ++r)
         CUTE_UNROLL
-        for (int c = 0; c < size<1>(dq_rc); c += 2)
-          atomic_add_pair(dst + get<1>(dq_coord_rc(r, c)), dq_rc(r, c), dq_rc(r, c + 1));
+        for (int c = 0; c < size<1>(dq_rc); c += 2) {
+          // (row, col) = dq_row0 + 8 r, the slice's columns + dq_col0 + (constant): one base,
+          // immediates per store (as bwd_sm90_kernel.cuh stages its dQ).
+          const int col = slice * Config::kDqSliceCols + get<1>(dq_coord_rc(r, c)) - dq_col0;
+          const uint32_t addr = stage_addr + row_bases[col % Config::kDqSlabCols / 8] +
+                                DqStage<kBlockM>::byte_offset(0, col - col % Config::kDqSlabCols) + r * 1024;
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq_rc(r, c)), "f"(dq_rc(r, c + 1)) : "memory");
+        }
+    }
+    sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
+    // Only the leader's warp waits for the staging to be complete; the others go on. (Named
+    // barriers count whole warps: a warp must not split between sync and arrive.)
+    if (wg_thread < 32) {
+      cutlass::arch::NamedBarrier::sync(128, kDqStagedBarrier + warpgroup);
+    } else {
+      cutlass::arch::NamedBarrier::arrive(128, kDqStagedBarrier + warpgroup);
+    }
+    if (wg_thread == 0) {
+      const WorkspaceRows rows = workspace_rows(bp, b, qb.h, at.q, kVarlen);
+      if (staggered) pass_pending_turns();  // the previous block's, a block late
+      CUTE_UNROLL
+      for (int s = 0; s < kSlabs; ++s) {
+        const int slab = warpgroup * kSlabs + s;
+        if constexpr (kDeterministic) {
+          pending_turns[s] = DqTurns<kBlockM, kBlockN>::counter(bp, b, qb, slab);
+          wait_for_turn(pending_turns[s], DqTurns<kBlockM, kBlockN>::turn(p, qb, kv_block, n_kv_blocks));
+          sm90::fence_proxy_async_global();  // the earlier blocks' sums, before this one's reads
+        }
+        sm90::tensor_reduce_add_f32(&params.dq_map, stage + s * kBlockM * Config::kDqSlabCols,
+                                    slab * Config::kDqSlabCols, static_cast<int>(rows.dq_row0 + qb.q0),
+                                    static_cast<int>(rows.dq_plane));
       }
+      sm90::bulk_commit_group();
+      if (!staggered) pass_pending_turns();
+      sm90::bulk_wait_read<0>();  // the staging is read: the stage may be loaded again
+      Pipeline::consumer_release(ss.pipeline, st_i, 128);
     }
   };
 
   if (blocks.n_iters > 0) sm90::OnceBarrier::wait(ss.kv_barrier);
-  typename Pipeline::State st = Pipeline::consumer_start();
+  typename Pipeline::State st = Pipeline::consumer_start(), st_prev = st;
   QBlock blk = blocks.first(), prev = blk;
   for (int it = 0; it < blocks.n_iters; ++it) {
+    // The previous block's dQ first: with S and dP in flight beside dK^T and dV^T its staging
+    // did not fit the registers (ptxas serialized the WGMMAs, C7512, and spilled), as at d = 128.
+    if (it > 0) dq_block(prev, it - 1, st_prev);
     Pipeline::consumer_wait(ss.pipeline, st);
     Tensor s_q = make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QLayout{});
     Tensor s_do = make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QLayout{});
@@ -199,12 +283,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     Tensor tSrdO = thr_sdp.partition_fragment_A(s_do);
     sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrQ, tSrK, tSrS);
     sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrdO, tSrV, tSrdP);
-    // The previous block's dQ queues on the tensor cores behind S and dP.
-    if (it > 0) {
-      dq_block(prev, it - 1);
-    } else {
-      warpgroup_wait<0>();
-    }
+    warpgroup_wait<0>();
     sm90::fence_after_wait(tSrS, tSrdP);
 
     // P and dS; a row is a query (its LSE2 and D), a column a key. Only blocks that cross the
@@ -260,12 +339,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90::warpgroup_gemm_issue</*kZeroInit=*/false>(mma_dkv, tdKrQt, tdKrdS, tdK);
     warpgroup_wait<0>();
     sm90::fence_after_wait(tdV, tdK);
-    Pipeline::consumer_release(ss.pipeline, st);  // Q_i and dO_i are read
+    // Q_i and dO_i are read; the stage is released after it has carried dQ_i (dq_block).
+    cutlass::arch::ClusterBarrier::arrive(&ss.stage_consumed[st.index]);
+    st_prev = st;
     st.advance();
     prev = blk;
     blk = blocks.next(blk);
   }
-  if (blocks.n_iters > 0) dq_block(prev, blocks.n_iters - 1);
+  if (blocks.n_iters > 0) {
+    dq_block(prev, blocks.n_iters - 1, st_prev);
+    if (wg_thread == 0) {
+      pass_pending_turns();
+      sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
+    }
+  }
 
   // dK = scale * (dK^T)^T and dV to global memory, rows (keys) past seqlen_k dropped (and zeroed
   // up to the sequence's rows when seqused_k leaves some unused). A thread holds (d, key) pairs:
