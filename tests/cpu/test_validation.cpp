@@ -272,9 +272,8 @@ Status plan_backward(const BackwardArgs& a, const DeviceInfo& device = hopper())
   return select_backward_kernel_for(a.kernel, p, device, &kernel);
 }
 
-// "auto" runs bwd_sm90 on Hopper at every head dim (with every variant and in deterministic
-// mode), and fa2 where the GPU is not a Hopper or for the deterministic mode at head_dim 64
-// (measured faster there).
+// "auto" runs bwd_sm90 on Hopper at every head dim (with every variant), and fa2 where the GPU is
+// not a Hopper or for the deterministic mode at head_dim 64 and 256 (measured faster there).
 TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
   BwdProblem p;
   ASSERT_TRUE(normalize_backward(valid_backward_args(), &p).ok());
@@ -300,7 +299,7 @@ TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
     BwdProblem det = dense;
     det.deterministic = true;
     ASSERT_TRUE(select_backward_kernel_for("auto", det, hopper(), &kernel).ok()) << d;
-    EXPECT_EQ(kernel->name, d == 64 ? "fa2" : "bwd_sm90") << "deterministic, head_dim " << d;
+    EXPECT_EQ(kernel->name, d == 128 ? "bwd_sm90" : "fa2") << "deterministic, head_dim " << d;
     EXPECT_TRUE(select_backward_kernel_for("bwd_sm90", det, hopper(), &kernel).ok()) << d;
   }
   EXPECT_EQ(p.dq, g_dq);

@@ -51,7 +51,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     (GQA/MQA). causal is aligned bottom-right when seqlen_q != seqlen_k. softmax_scale defaults to
     1/sqrt(head_dim). kernel: a name from list_kernels(), or "auto" (the forward);
     backward_kernel: a name from list_backward_kernels(), or "auto" (bwd_sm90 on Hopper, fa2
-    for the deterministic mode at head_dim 64 (measured faster there) and on other GPUs). With return_lse, also returns
+    for the deterministic mode at head_dim 64 and 256 (measured faster there) and on other GPUs). With return_lse, also returns
     the fp32 log-sum-exp of each row, shape (batch, heads_q, seqlen_q) (not differentiable).
 
     FP8: q, k, v as torch.float8_e4m3fn with q_descale, k_descale, v_descale, each fp32

@@ -60,8 +60,12 @@ BackwardKernelEntry bwd_sm90_backward_entry() {
   e.auto_priority = 20;
   // Deterministic at head_dim 64, fa2's mode measured 3-10% faster in all 12 configurations
   // (docs/results/2026-11-24-h100-peers-bwd-deterministic-bc930cc.json; bwd_sm90's is 1-15%
-  // faster at 128): "auto" ranks bwd_sm90 below fa2 (10) there.
-  e.auto_priority_for = [](const BwdProblem& p) { return p.deterministic && p.fwd.head_dim == 64 ? 5 : 20; };
+  // faster at 128), and 4-16% faster at 256
+  // (docs/results/2026-11-26-h100-bwd-sm90-d256-deterministic-verify.txt): "auto" ranks bwd_sm90
+  // below fa2 (10) there.
+  e.auto_priority_for = [](const BwdProblem& p) {
+    return p.deterministic && p.fwd.head_dim != 128 ? 5 : 20;
+  };
   e.check = check;
   e.launch = launch;
   return e;
