@@ -1,7 +1,8 @@
 // What bwd_sm90's two arrangements share (bwd_sm90_kernel.cuh: the keys as WGMMA's M, d = 64 and
 // 128; bwd_sm90_split_keys.cuh: the keys split between the warpgroups, d = 256): the CTA's view of
 // its problem (a variable-length batch's sequence), its barriers, the producer that streams Q, dO
-// and the row statistics, and the stores of dK and dV.
+// and the row statistics, the mask and softcap of P and dS, the deterministic mode's turns, and
+// the tail of dK and dV.
 //
 // A Config provides E, kBlockM, kBlockN, kHeadDim, QLayout, KVLayout, Pipeline, Params (problem,
 // tma_q, tma_do, tma_k, tma_v) and a SharedStorage with k, v, q[], dout[], stats[], kv_barrier,
@@ -16,7 +17,9 @@
 #include "common/problem.h"
 #include "kernels/common/backward_passes.cuh"
 #include "kernels/common/numeric.cuh"
+#include "kernels/common/turns.cuh"
 #include "kernels/common/varlen.cuh"
+#include "kernels/sm90/common/bulk_reduce.cuh"
 #include "kernels/sm90/common/pipeline.cuh"
 #include "kernels/sm90/common/staged_output.cuh"
 #include "kernels/sm90/common/tma.cuh"
@@ -31,14 +34,20 @@ constexpr int kConsumerRegisters = 240;
 static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= kThreads * 168,
               "setmaxnreg cannot hand out more registers than the CTA was launched with");
 
-// The problem as CTA (blockIdx.z = b) sees it: with kVarlen sequence b's lengths (sequence_span)
-// in `sequence`, whose first packed rows `at` the TMA coordinates and the stores add, while the
-// descriptors span the packed tensors; the dense problem as is otherwise.
+// The CTA's work: KV block kv_block (keys k0 ...) of KV head hk of batch entry or sequence b
+// (blockIdx.y, .z); with `reversed` (the deterministic mode) KV block j runs on CTA
+// gridDim.x - 1 - j, so that the block whose turn comes first (the last one) has the lower index
+// and is launched no later (turns.cuh). With kVarlen, sequence b's lengths (sequence_span) in
+// `sequence`, whose first packed rows `at` the TMA coordinates and the stores add, while the
+// descriptors span the packed tensors; problem(): the problem as the CTA sees it.
 template <bool kVarlen>
 struct CtaSequence {
+  int kv_block, k0, hk, b;
   FwdProblem sequence;
   SequenceOffsets at;
-  __device__ explicit CtaSequence(const FwdProblem& whole, int b) {
+  __device__ CtaSequence(const FwdProblem& whole, bool reversed, int block_n)
+      : kv_block(reversed ? gridDim.x - 1 - blockIdx.x : blockIdx.x), k0(kv_block * block_n),
+        hk(blockIdx.y), b(blockIdx.z) {
     if constexpr (kVarlen) {
       const SequenceSpan span = sequence_span(whole, b);
       sequence = whole;
@@ -187,6 +196,56 @@ __device__ __forceinline__ void transformed_p_and_ds(const Score& score, float s
   s = prob;
   dp = prob * (dp - stat.y) * tanh_derivative(x, t);
 }
+
+// Deterministic dQ (kDeterministic; nothing otherwise): the turns (DqTurns, turns.cuh) a
+// warpgroup's leader holds on the kSlabs slabs it last added, passed once those additions have
+// completed: right after the issue without a causal or window mask (every KV block reaches a Q
+// block at once, so a late pass would delay each next one by a block more, as fa2 measured); at
+// the next block's additions with one (the KV blocks arrive a block apart, so the round trip then
+// overlaps a block's GEMMs instead of stalling the warpgroup). n_kv_blocks: the KV blocks of the
+// CTA's sequence.
+template <bool kDeterministic, int kSlabs, int BlockM, int BlockN>
+class DqSlabTurns {
+ public:
+  __device__ DqSlabTurns(const FwdProblem& p, int kv_block, int n_kv_blocks)
+      : staggered_(p.causal || p.local), kv_block_(kv_block), n_kv_blocks_(n_kv_blocks) {}
+  // Before a Q block's reductions: with a mask, the previous block's turns are passed.
+  __device__ void begin_block() {
+    if (staggered_) pass();
+  }
+  // Before the reduction of slab `slab` (the leader's s-th) of Q block qb: its turn, and the
+  // earlier blocks' sums before this one's reads.
+  __device__ void wait(const BwdProblem& bp, const FwdProblem& p, int b,
+                       typename BackwardQBlocks<BlockM>::Block qb, int s, int slab) {
+    if constexpr (kDeterministic) {
+      held_[s] = DqTurns<BlockM, BlockN>::counter(bp, b, qb, slab);
+      wait_for_turn(held_[s], DqTurns<BlockM, BlockN>::turn(p, qb, kv_block_, n_kv_blocks_));
+      sm90::fence_proxy_async_global();
+    }
+  }
+  // After a Q block's reductions were issued: without a mask, their turns are passed.
+  __device__ void end_block() {
+    if (!staggered_) pass();
+  }
+  // The held turns, once the additions have completed (written, not just read).
+  __device__ void pass() {
+    if constexpr (kDeterministic) {
+      if (held_[0] == nullptr) return;
+      sm90::bulk_wait<0>();
+      sm90::fence_proxy_async_global();  // the additions come before the turns are passed
+      CUTE_UNROLL
+      for (int s = 0; s < kSlabs; ++s) {
+        pass_turn(held_[s]);
+        held_[s] = nullptr;
+      }
+    }
+  }
+
+ private:
+  bool staggered_;
+  int kv_block_, n_kv_blocks_;
+  int* held_[kSlabs] = {};
+};
 
 // After the walk: rows of dK and dV the sequence spans but does not use (past seqused_k, when
 // the block holds its last used key) are zeroed; `used`: the block's used keys, p.seqlen_k - k0.

@@ -142,15 +142,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   using namespace cute;
   auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const BwdProblem& bp = params.problem;
-  // Deterministic: KV block j runs on CTA gridDim.x - 1 - j, so that the block whose turn comes
-  // first (the last one) has the lower index and is launched no later (turns.cuh).
-  const int kv_block = kDeterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int k0 = kv_block * kBlockN, hk = blockIdx.y, b = blockIdx.z;
   // p: the problem as the CTA sees it (CtaSequence); only the lengths and the first query row
   // live through the walk.
-  const CtaSequence<kVarlen> seq(bp.fwd, b);
-  const FwdProblem& p = kVarlen ? seq.sequence : bp.fwd;
-  const SequenceOffsets& at = seq.at;
+  const CtaSequence<kVarlen> cta(bp.fwd, kDeterministic, kBlockN);
+  const int kv_block = cta.kv_block, k0 = cta.k0, hk = cta.hk, b = cta.b;
+  const FwdProblem& p = kVarlen ? cta.sequence : bp.fwd;
+  const SequenceOffsets& at = cta.at;
   if (past_the_keys<T, D, kBlockN, kVarlen>(bp, p, b, hk, k0)) return;
   const BackwardQBlocks<kBlockM> blocks(p, hk, k0, kBlockN);
   using QBlock = typename BackwardQBlocks<kBlockM>::Block;
@@ -189,28 +186,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_log2 = Score::log2_factor(p);
   const Mask mask(p);
   const Score score(p);
-  // KV blocks reach a Q block a block apart under a causal or window mask, at once without.
-  const bool staggered = p.causal || p.local;
-  const int n_kv_blocks = kVarlen ? (p.seqlen_k + kBlockN - 1) / kBlockN : gridDim.x;  // deterministic turns
-
-  // Deterministic: the leader's turns on the slabs it last added, passed once those additions
-  // have completed: right after the issue without the causal mask (every KV block reaches a Q
-  // block at once, so a late pass would delay each next one by a block more, as fa2 measured);
-  // at the next block's additions with it (causal KV blocks arrive a block apart, so the round
-  // trip then overlaps a block's GEMMs instead of stalling the warpgroup).
-  int* pending_turns[Config::kSlabsPerWarpgroup] = {};
-  auto pass_pending_turns = [&] {
-    if constexpr (kDeterministic) {
-      if (pending_turns[0] == nullptr) return;
-      sm90::bulk_wait<0>();              // the additions have completed (written, not just read)
-      sm90::fence_proxy_async_global();  // and come before the turns are passed
-      CUTE_UNROLL
-      for (int s = 0; s < Config::kSlabsPerWarpgroup; ++s) {
-        pass_turn(pending_turns[s]);
-        pending_turns[s] = nullptr;
-      }
-    }
-  };
+  DqSlabTurns<kDeterministic, Config::kSlabsPerWarpgroup, kBlockM, kBlockN> turns(
+      p, kv_block, kVarlen ? (p.seqlen_k + kBlockN - 1) / kBlockN : gridDim.x);
   // dQ of Q block i (iteration i), one block late: both warpgroups' halves of dS^T are in buffer
   // i % 2 (ds_ready); dQ_i = dS K_j; the buffer is free once both have done so (ds_free); dQ_i is
   // staged (after the previous block's reduction has read the staging) and added to the
@@ -249,21 +226,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (wg_leader) {
       const WorkspaceRows dq_rows = workspace_rows(bp, b, qb.h, at.q, kVarlen);
-      if (staggered) pass_pending_turns();  // the previous block's, a block late (above)
+      turns.begin_block();
       CUTE_UNROLL
       for (int s = 0; s < Config::kSlabsPerWarpgroup; ++s) {
         const int slab = warpgroup * Config::kSlabsPerWarpgroup + s;
-        if constexpr (kDeterministic) {
-          pending_turns[s] = DqTurns<kBlockM, kBlockN>::counter(bp, b, qb, slab);
-          wait_for_turn(pending_turns[s], DqTurns<kBlockM, kBlockN>::turn(p, qb, kv_block, n_kv_blocks));
-          sm90::fence_proxy_async_global();  // the earlier blocks' sums, before this one's reads
-        }
+        turns.wait(bp, p, b, qb, s, slab);
         sm90::tensor_reduce_add_f32(&params.dq_map, ss.dq + slab * kBlockM * Config::kDqSlabCols,
                                     slab * Config::kDqSlabCols, static_cast<int>(dq_rows.dq_row0 + qb.q0),
                                     static_cast<int>(dq_rows.dq_plane));
         sm90::bulk_commit_group();
       }
-      if (!staggered) pass_pending_turns();
+      turns.end_block();
     }
   };
 
@@ -353,7 +326,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (blocks.n_iters > 0) dq_block(prev, blocks.n_iters - 1);
   if (wg_leader) {
-    pass_pending_turns();
+    turns.pass();
     sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
   }
 

@@ -128,13 +128,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   using namespace cute;
   auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const BwdProblem& bp = params.problem;
-  // Deterministic: KV block j runs on CTA gridDim.x - 1 - j, so that the block whose turn comes
-  // first (the last one) has the lower index and is launched no later (turns.cuh).
-  const int kv_block = kDeterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int k0 = kv_block * kBlockN, hk = blockIdx.y, b = blockIdx.z;
-  const CtaSequence<kVarlen> seq(bp.fwd, b);
-  const FwdProblem& p = kVarlen ? seq.sequence : bp.fwd;
-  const SequenceOffsets& at = seq.at;
+  // p: the problem as the CTA sees it (CtaSequence); only the lengths and the first query row
+  // live through the walk.
+  const CtaSequence<kVarlen> cta(bp.fwd, kDeterministic, kBlockN);
+  const int kv_block = cta.kv_block, k0 = cta.k0, hk = cta.hk, b = cta.b;
+  const FwdProblem& p = kVarlen ? cta.sequence : bp.fwd;
+  const SequenceOffsets& at = cta.at;
   if (past_the_keys<T, D, kBlockN, kVarlen>(bp, p, b, hk, k0)) return;
   const BackwardQBlocks<kBlockM> blocks(p, hk, k0, kBlockN);
   using QBlock = typename BackwardQBlocks<kBlockM>::Block;
@@ -187,26 +186,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int g = 0; g < Config::kDqSlabCols / 8; ++g)
     row_bases[g] = DqStage<kBlockM>::byte_offset(
         DqStage<kBlockM>::row_base(dq_row0, dq_col0 % 8) + DqStage<kBlockM>::byte_offset(0, dq_col0 - dq_col0 % 8), g * 8);
-  // Deterministic: the leader's turns on the slabs it last added, passed once those additions
-  // have completed: right after the issue without a causal or window mask (every KV block reaches
-  // a Q block at once), at the next block's additions with one (KV blocks arrive a block apart);
-  // bwd_sm90_kernel.cuh's rule.
   constexpr int kSlabs = Config::kDqCols / Config::kDqSlabCols;  // per warpgroup
-  const bool staggered = p.causal || p.local;
-  const int n_kv_blocks = kVarlen ? (p.seqlen_k + kBlockN - 1) / kBlockN : gridDim.x;
-  int* pending_turns[kSlabs] = {};
-  auto pass_pending_turns = [&] {
-    if constexpr (kDeterministic) {
-      if (pending_turns[0] == nullptr) return;
-      sm90::bulk_wait<0>();              // the additions have completed (written, not just read)
-      sm90::fence_proxy_async_global();  // and come before the turns are passed
-      CUTE_UNROLL
-      for (int s = 0; s < kSlabs; ++s) {
-        pass_turn(pending_turns[s]);
-        pending_turns[s] = nullptr;
-      }
-    }
-  };
+  DqSlabTurns<kDeterministic, kSlabs, kBlockM, kBlockN> turns(
+      p, kv_block, kVarlen ? (p.seqlen_k + kBlockN - 1) / kBlockN : gridDim.x);
   auto dq_block = [&](QBlock qb, int i, const typename Pipeline::State& st_i) {
     const int buf = i % 2;
     cutlass::arch::ClusterBarrier::wait(&ss.ds_ready[buf], (i / 2) % 2);
@@ -247,21 +229,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (wg_thread == 0) {
       const WorkspaceRows rows = workspace_rows(bp, b, qb.h, at.q, kVarlen);
-      if (staggered) pass_pending_turns();  // the previous block's, a block late
+      turns.begin_block();
       CUTE_UNROLL
       for (int s = 0; s < kSlabs; ++s) {
         const int slab = warpgroup * kSlabs + s;
-        if constexpr (kDeterministic) {
-          pending_turns[s] = DqTurns<kBlockM, kBlockN>::counter(bp, b, qb, slab);
-          wait_for_turn(pending_turns[s], DqTurns<kBlockM, kBlockN>::turn(p, qb, kv_block, n_kv_blocks));
-          sm90::fence_proxy_async_global();  // the earlier blocks' sums, before this one's reads
-        }
+        turns.wait(bp, p, b, qb, s, slab);
         sm90::tensor_reduce_add_f32(&params.dq_map, stage + s * kBlockM * Config::kDqSlabCols,
                                     slab * Config::kDqSlabCols, static_cast<int>(rows.dq_row0 + qb.q0),
                                     static_cast<int>(rows.dq_plane));
       }
       sm90::bulk_commit_group();
-      if (!staggered) pass_pending_turns();
+      turns.end_block();
       sm90::bulk_wait_read<0>();  // the staging is read: the stage may be loaded again
       Pipeline::consumer_release(ss.pipeline, st_i, 128);
     }
@@ -349,7 +327,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (blocks.n_iters > 0) {
     dq_block(prev, blocks.n_iters - 1, st_prev);
     if (wg_thread == 0) {
-      pass_pending_turns();
+      turns.pass();
       sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
     }
   }
