@@ -372,10 +372,10 @@ struct BackwardArgs {
   // Optional with sinks (refused without): fp32 (heads_q), any stride, written: dL/dsinks, the
   // sum over batch and rows of -exp(sinks[h] - LSE_i) * rowsum(dout_i * out_i).
   TensorView dsinks;
-  // A name from list_backward_kernels(), or "auto": bwd_sm90 on Hopper (head_dim 64 and 128;
-  // deterministic: 128 only), fa2 at head_dim 256, deterministic at 64, and on other GPUs.
-  // Variable-length batches: bwd_sm90 (Hopper, head_dim 64 and 128, every variant) and fa2 (sm80+,
-  // every head dim, causal or not: no sliding window, softcap or sinks).
+  // A name from list_backward_kernels(), or "auto": bwd_sm90 on Hopper (every head dim, every
+  // variant), fa2 for the deterministic mode at head_dim 64 and 256 (measured faster there) and on
+  // other GPUs. Variable-length batches: bwd_sm90 (Hopper, every variant) and fa2 (sm80+, causal
+  // or not: no sliding window, softcap or sinks).
   std::string kernel = "auto";
   // dq, dk and dv bit-identical from run to run, whatever the number of SMs free for the launch.
   // dk and dv are always so (summed on chip in a fixed order); dq is summed over the KV blocks in
@@ -419,7 +419,8 @@ std::vector<KernelInfo> list_backward_kernels();
 // none can (the same validation as forward, without launching anything).
 Status select_kernel(const ForwardArgs& args, std::string* kernel_name);
 // The same for the backward: the kernel BackwardArgs::kernel ("auto": the fastest that takes the
-// problem; on Hopper bwd_sm90, fa2 where it has no shape) would run, or why none can.
+// problem; on Hopper bwd_sm90, fa2 for the deterministic mode at head_dim 64 and 256) would run,
+// or why none can.
 Status select_backward_kernel(const BackwardArgs& args, std::string* kernel_name);
 
 }  // namespace hfa

@@ -51,8 +51,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     (GQA/MQA). causal is aligned bottom-right when seqlen_q != seqlen_k. softmax_scale defaults to
     1/sqrt(head_dim). kernel: a name from list_kernels(), or "auto" (the forward);
     backward_kernel: a name from list_backward_kernels(), or "auto" (bwd_sm90 on Hopper, fa2
-    for the deterministic mode at head_dim 64 and 256 (measured faster there) and on other GPUs). With return_lse, also returns
-    the fp32 log-sum-exp of each row, shape (batch, heads_q, seqlen_q) (not differentiable).
+    for the deterministic mode at head_dim 64 and 256 (measured faster there) and on other GPUs).
+    With return_lse, also returns the fp32 log-sum-exp of each row, shape (batch, heads_q,
+    seqlen_q) (not differentiable).
 
     FP8: q, k, v as torch.float8_e4m3fn with q_descale, k_descale, v_descale, each fp32
     (batch, heads_kv): the real q of query head h is q * q_descale[:, h // (heads_q // heads_kv)]
@@ -107,10 +108,9 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     and sinks as in attention(), within each sequence (bottom-right aligned to its own lengths).
     Returns out (total_q, heads_q, head_dim), or (out, lse) with lse fp32 (heads_q, total_q).
 
-    Differentiable with respect to q, k, v (and sinks): on Hopper at head_dim 64 and 128 with
-    every variant (the backward kernel bwd_sm90), at head_dim 256 and on other GPUs (sm80+) causal
-    or not (fa2, which takes no window, softcap or sinks: those raise an error naming the
-    argument there). Gradients are 0 in k's and v's rows past seqused_k and in rows past the last
+    Differentiable with respect to q, k, v (and sinks): on Hopper with every variant (the backward
+    kernel bwd_sm90), on other GPUs (sm80+) causal or not (fa2, which takes no window, softcap or
+    sinks: those raise an error naming the argument there). Gradients are 0 in k's and v's rows past seqused_k and in rows past the last
     sequence.
     deterministic and backward_kernel as in attention().
     """

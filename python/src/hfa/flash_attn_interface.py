@@ -94,7 +94,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     is rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q (int32 (batch + 1,) CUDA tensors), likewise
     for k and v, of which it uses the first seqused_k[b] when given. Returns out, or (out,
     softmax_lse) with return_attn_probs (softmax_lse: fp32 (heads_q, total_q)). Differentiable
-    on Hopper at head_dim 64 and 128 (hfa.attention_varlen)."""
+    as hfa.attention_varlen is."""
     _forward_options("flash_attn_varlen_func", qv, attention_chunk, num_splits, pack_gqa, sm_margin)
     _unsupported("flash_attn_varlen_func", seqused_q=(seqused_q, None), q_descale=(q_descale, None),
                  k_descale=(k_descale, None), v_descale=(v_descale, None))

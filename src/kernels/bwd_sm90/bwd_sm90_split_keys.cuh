@@ -176,8 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // exactly -- once both warpgroups' GEMMs are done with that stage (stage_consumed). The
   // warpgroup's leader adds the four slabs to the workspace by TMA reductions (rows past seqlen_q
   // lie outside the tensor map: skipped) and hands the stage to the producer once they have read
-  // it. The dS buffer is free once both warpgroups' dQ GEMMs have read it (ds_free). The first
-  // wait also completes the GEMMs issued before it.
+  // it. The dS buffer is free once both warpgroups' dQ GEMMs have read it (ds_free).
   const int dq_row0 = get<0>(dq_coord_rc(0, 0)), dq_col0 = get<1>(dq_coord_rc(0, 0));
   // This thread's staging row base for each 8-column group of a slab (DqStage's XOR form): a
   // store's address is one of them plus immediates.
