@@ -278,6 +278,10 @@ def main():
                     help="time a training step: forward + backward through autograd")
     ap.add_argument("--deterministic", action="store_true",
                     help="--bwd/--step: hfa's deterministic backward")
+    ap.add_argument("--peers-first", action="store_true",
+                    help="time the peers before the hfa kernels in each configuration (default: after). "
+                         "Under a power cap the clock an implementation gets depends on what ran "
+                         "just before it; both orders bound that effect")
     ap.add_argument("--json", help="write rows in the DESIGN.md schema")
     ap.add_argument("--plot", help="write a PNG")
     args = ap.parse_args()
@@ -308,7 +312,8 @@ def main():
         rows.append(gemm_row(timer))
     configs = list(sweep([int(x) for x in args.headdims.split(",")],
                          [int(x) for x in args.seqlens.split(",")]))
-    attn_impls = kernels + [p for p in peers if p in PEERS or p == FA3]
+    attn_peers = [p for p in peers if p in PEERS or p == FA3]
+    attn_impls = attn_peers + kernels if args.peers_first else kernels + attn_peers
     for n, c in enumerate(configs, 1):
         new = bench_config(c, attn_impls, args.dtype, timer, kind, args.deterministic)
         rows += new
