@@ -176,7 +176,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // exactly -- once both warpgroups' GEMMs are done with that stage (stage_consumed). The
   // warpgroup's leader adds the four slabs to the workspace by TMA reductions (rows past seqlen_q
   // lie outside the tensor map: skipped) and hands the stage to the producer once they have read
-  // it. The dS buffer is free once both warpgroups' dQ GEMMs have read it (ds_free).
+  // it (release_staged). The dS buffer is free once both warpgroups' dQ GEMMs have read it
+  // (ds_free).
   const int dq_row0 = get<0>(dq_coord_rc(0, 0)), dq_col0 = get<1>(dq_coord_rc(0, 0));
   // This thread's staging row base for each 8-column group of a slab (DqStage's XOR form): a
   // store's address is one of them plus immediates.
@@ -239,7 +240,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       sm90::bulk_commit_group();
       turns.end_block();
-      sm90::bulk_wait_read<0>();  // the staging is read: the stage may be loaded again
+    }
+  };
+  // The leader hands a stage that carried dQ back to the producer once the reductions have read
+  // it: called while the warpgroup waits for its next GEMMs anyway, not right after the issue,
+  // where every warp of the warpgroup would wait for the leader's wait.
+  auto release_staged = [&](const typename Pipeline::State& st_i) {
+    if (wg_thread == 0) {
+      sm90::bulk_wait_read<0>();
       Pipeline::consumer_release(ss.pipeline, st_i, 128);
     }
   };
@@ -260,6 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     Tensor tSrdO = thr_sdp.partition_fragment_A(s_do);
     sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrQ, tSrK, tSrS);
     sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrdO, tSrV, tSrdP);
+    if (it > 0) release_staged(st_prev);
     warpgroup_wait<0>();
     sm90::fence_after_wait(tSrS, tSrdP);
 
@@ -325,6 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (blocks.n_iters > 0) {
     dq_block(prev, blocks.n_iters - 1, st_prev);
+    release_staged(st_prev);
     if (wg_thread == 0) {
       turns.pass();
       sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
