@@ -178,33 +178,42 @@ TEST(Sm90Layouts, Fp8VTransposeEmulated) {
 }
 
 // K6's O staging computes chunk addresses as a row base XOR a constant (staged_output.cuh); each
-// lane of stmatrix addresses chunk j or j + 1 (odd) of its row through the same formula.
-template <int D>
+// lane of stmatrix addresses chunk j or j + 1 (odd) of its row through the same formula. TileRows:
+// the staged 64 rows are rows [part * 64, part * 64 + 64) of a TileRows-row tile, addressed from
+// that part's first row (the backward's dS^T: a warpgroup's 64 keys of a 128-key tile).
+template <int D, int TileRows = hfa::sm90::kStagedRows>
 void expect_staged_offsets_match() {
   constexpr int Rows = hfa::sm90::kStagedRows;
   using E = cutlass::bfloat16_t;
-  alignas(1024) static E smem[Rows * D];
-  for (int row = 0; row < Rows; ++row)
-    for (int c8 = 0; c8 < D / 8; ++c8) {
-      const auto ref = static_cast<uint32_t>(
-          reinterpret_cast<const char*>(hfa::sm90::Sw128Rows<Rows>::chunk(smem, row, c8)) -
-          reinterpret_cast<const char*>(smem));
-      const uint32_t base = hfa::sm90::staged_row_base(row);
-      ASSERT_EQ(hfa::sm90::staged_chunk_offset(base, c8), ref) << "row " << row << " chunk " << c8;
-      if (c8 % 2 == 1)  // the odd chunk of a pair, as stage_output's matrices 2 and 3 address it
-        ASSERT_EQ(hfa::sm90::staged_chunk_offset(base ^ 16, c8 - 1), ref) << "row " << row << " chunk " << c8;
-    }
+  alignas(1024) static E smem[TileRows * D];
+  for (int part = 0; part < TileRows / Rows; ++part)
+    for (int row = 0; row < Rows; ++row)
+      for (int c8 = 0; c8 < D / 8; ++c8) {
+        const E* part_base = smem + part * Rows * 64;  // row part * 64 of the first 64-column slab
+        const auto ref = static_cast<uint32_t>(
+            reinterpret_cast<const char*>(hfa::sm90::Sw128Rows<TileRows>::chunk(smem, part * Rows + row, c8)) -
+            reinterpret_cast<const char*>(part_base));
+        const uint32_t base = hfa::sm90::staged_row_base(row);
+        ASSERT_EQ(hfa::sm90::staged_chunk_offset<TileRows>(base, c8), ref)
+            << "part " << part << " row " << row << " chunk " << c8;
+        if (c8 % 2 == 1)  // the odd chunk of a pair, as stage_output's matrices 2 and 3 address it
+          ASSERT_EQ(hfa::sm90::staged_chunk_offset<TileRows>(base ^ 16, c8 - 1), ref)
+              << "part " << part << " row " << row << " chunk " << c8;
+      }
 }
 
 TEST(Sm90Layouts, StagedOutputOffsetsMatchSw128Rows) {
   expect_staged_offsets_match<64>();
   expect_staged_offsets_match<128>();
   expect_staged_offsets_match<256>();
+  expect_staged_offsets_match<64, 128>();   // bwd_sm90's dS^T, d <= 128, 64-row Q blocks
+  expect_staged_offsets_match<128, 128>();  // and d = 64's 128-row Q blocks
 }
 
 // The backward's dQ staging (DqStage): the XOR form that bwd_sm90 stores through (one row base per
 // thread, immediates per store) addresses exactly what offset() does, for every row, every column
-// of a fragment's pair (col % 8 even), and rows 8 apart through the + 1024.
+// of a fragment's pair (col % 8 even), and the thread's other rows (8 and 64 rows on: the
+// second 64-row atom of a 128-row block) through + 128 bytes per row.
 template <int BlockM, int D>
 void expect_dq_stage_forms_match() {
   using Stage = hfa::DqStage<BlockM>;
@@ -212,12 +221,12 @@ void expect_dq_stage_forms_match() {
     for (int col0 = 0; col0 < D; col0 += 32)  // a thread's first column lies in a slab's first 8
       for (int lane_col = 0; lane_col < 8; lane_col += 2) {
         const int first = col0 + lane_col;
-        const uint32_t base = Stage::row_base(row % 8 + row / 16 * 16, lane_col) + Stage::byte_offset(0, col0);
+        const int row0 = row % 8 + row % 64 / 16 * 16;  // the thread's first row
+        const uint32_t base = Stage::row_base(row0, lane_col) + Stage::byte_offset(0, col0);
         for (int dcol = 0; first + dcol < D; dcol += 8) {
           const int col = first + dcol;
           const uint32_t ref = static_cast<uint32_t>(Stage::offset(row, col)) * 4;
-          ASSERT_EQ(Stage::byte_offset(base, dcol) + (row % 16 / 8) * 1024, ref)
-              << "row " << row << " col " << col;
+          ASSERT_EQ(Stage::byte_offset(base, dcol) + (row - row0) * 128, ref) << "row " << row << " col " << col;
         }
       }
 }
@@ -225,6 +234,7 @@ void expect_dq_stage_forms_match() {
 TEST(Sm90Layouts, DqStageXorFormMatchesOffsets) {
   expect_dq_stage_forms_match<64, 64>();
   expect_dq_stage_forms_match<64, 128>();
+  expect_dq_stage_forms_match<128, 64>();  // bwd_sm90's d = 64 blocks
   expect_dq_stage_forms_match<128, 256>();
 }
 

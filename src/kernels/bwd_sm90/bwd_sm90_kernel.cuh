@@ -59,10 +59,11 @@ namespace hfa::bwd_sm90 {
 // written (ids 3, 4).
 constexpr int kDqStageBarrier = 1;  // + warpgroup, and + 2 + warpgroup
 
-template <typename T, int D>
+// BlockM, Stages: block_m() and stages() of the kernel's mode and mask (bwd_sm90_launch.h).
+template <typename T, int D, int BlockM, int Stages>
 struct BwdConfig {
   using E = typename sm90::CutlassElement<T>::type;
-  static constexpr int kBlockM = block_m(D), kBlockN = block_n(D), kStages = stages(D);
+  static constexpr int kBlockM = BlockM, kBlockN = block_n(D), kStages = Stages;
   static constexpr int kHeadDim = D;
   using QLayout = sm90::TileLayout<E, kBlockM, D>;         // Q_i, dO_i (query x d)
   using KVLayout = sm90::TileLayout<E, kBlockN, D>;        // K_j, V_j (key x d)
@@ -72,16 +73,24 @@ struct BwdConfig {
   using DsViewLayout = sm90::TransposedView<DsLayout, kBlockN, kBlockM>; // dS (query, key)
 
   // The keys are M, 64 per consumer warpgroup, in S^T / dP^T (N = queries, k = d) and in dK / dV
-  // (N = d, k = queries); dQ (M = queries, N = d, k = keys) splits its columns instead.
+  // (N = d, k = queries). dQ (M = queries, N = d, k = keys) splits its columns between the
+  // warpgroups at 64-row blocks, its rows at 128-row ones (kDqSplitsRows): a warpgroup's dQ is
+  // then 64 x D (m64nDk16: 2 + D / 8 KB of operands per 8 D clocks) rather than 128 x D / 2 (two
+  // m64n(D/2)k16: 2 + D / 16 KB per 4 D clocks), 128 bytes per clock at d = 64 instead of 192,
+  // which is more than shared memory delivers.
+  static constexpr bool kDqSplitsRows = kBlockM > 64;
   using MmaSdP = sm90::QkTiledMma<E, kBlockM, D, sm90::WarpgroupsAlongM<2>>;
   using MmadKV = sm90::RegisterATiledMma<E, D, kBlockM, cute::GMMA::Major::MN, sm90::WarpgroupsAlongM<2>>;
   using MmadQ = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<D / 2>, cute::Int<kBlockN>>,
+      cute::GMMA::ss_op_selector<E, E, float,
+                                 cute::Shape<cute::_64, cute::Int<kDqSplitsRows ? D : D / 2>, cute::Int<kBlockN>>,
                                  cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
-      sm90::WarpgroupsAlongN<2>{}));
+      std::conditional_t<kDqSplitsRows, sm90::WarpgroupsAlongM<2>, sm90::WarpgroupsAlongN<2>>{}));
   using Pipeline = sm90::TmaPipeline<kStages>;
   static constexpr int kDqSlabCols = DqStage<kBlockM>::kSlabCols;
-  static constexpr int kSlabsPerWarpgroup = D / 2 / kDqSlabCols;
+  // A warpgroup's part of dQ: its slabs, and the rows of each (the reductions' box).
+  static constexpr int kSlabsPerWarpgroup = (kDqSplitsRows ? D : D / 2) / kDqSlabCols;
+  static constexpr int kDqRows = kDqSplitsRows ? kBlockM / 2 : kBlockM;
 
   struct SharedStorage {
     alignas(1024) E k[kBlockN * D];
@@ -89,7 +98,7 @@ struct BwdConfig {
     alignas(1024) E q[kStages][kBlockM * D];
     alignas(1024) E dout[kStages][kBlockM * D];
     alignas(1024) E ds[2][kBlockN * kBlockM];  // double-buffered: ds_ready / ds_free below
-    alignas(1024) float dq[kBlockM * D];       // DqStage slabs, warpgroup w's columns w * D / 2 ...
+    alignas(1024) float dq[kBlockM * D];       // DqStage slabs (warpgroup w's columns or rows)
     alignas(16) float2 stats[kStages][kBlockM];  // (LSE * log2 e, D) of the stage's rows
     uint64_t kv_barrier;
     uint64_t ds_ready[2];  // both warpgroups' halves of dS^T are in ds[i] (256 arrivals)
@@ -102,9 +111,18 @@ struct BwdConfig {
     BwdProblem problem;
     sm90::TileTma<E, kBlockM, D> tma_q, tma_do;
     sm90::TileTma<E, kBlockN, D> tma_k, tma_v;
-    CUtensorMap dq_map;  // the dQ workspace as (D, dq_plane_rows, dq_planes), (32, kBlockM) boxes
+    CUtensorMap dq_map;  // the dQ workspace as (D, dq_plane_rows, dq_planes), (32, kDqRows) boxes
   };
 };
+
+template <class Mask>
+constexpr bool kLocalMask = std::is_same_v<Mask, sm90::LocalMask>;
+// The arrangement of a head dim (bwd_sm90_launch.h): the keys as M up to d = 128, split between
+// the warpgroups at d = 256; the Q blocks and ring of the mode and mask.
+template <typename T, int D, bool kDeterministic, class Mask>
+using ConfigFor = std::conditional_t<
+    (D > 128), SplitKeysConfig<T>,
+    BwdConfig<T, D, block_m(D, kDeterministic, kLocalMask<Mask>), stages(D, kDeterministic, kLocalMask<Mask>)>>;
 
 // The rows of a thread's (rows, cols) accumulator fragment (times `factor`) to global memory in
 // the gradients' dtype G (T, or fp32 unrounded), rows at or past row_limit dropped: dst points at
@@ -134,8 +152,8 @@ __device__ __forceinline__ void store_fragment_rows(G* dst, int64_t row_stride, 
 // its own so that the dense one keeps its code (as k6's).
 template <typename T, int D, bool kDeterministic, bool kVarlen, class Mask, class Score>
 __global__ void __launch_bounds__(kThreads, 1)
-    bwd_sm90_kernel(const __grid_constant__ typename BwdConfig<T, D>::Params params) {
-  using Config = BwdConfig<T, D>;
+    bwd_sm90_kernel(const __grid_constant__ typename ConfigFor<T, D, kDeterministic, Mask>::Params params) {
+  using Config = ConfigFor<T, D, kDeterministic, Mask>;
   using E = typename Config::E;
   using Pipeline = typename Config::Pipeline;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
@@ -177,8 +195,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   Tensor c_rc = sm90::as_rowcol(thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{})));
   Tensor dq_coord_rc = sm90::as_rowcol(thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<D>>{})));
   // This thread's first dQ row and column, and its staging row base (DqStage's XOR form), its
-  // slab's offset included: dq_col0 = warpgroup * D / 2 + 2 (lane % 4) lies in the first 8
-  // columns of a slab, so a column dq_col0 + dcol has dcol's 8-column group and slab step.
+  // slab's offset included: dq_col0 = 2 (lane % 4) (+ warpgroup * D / 2 when the warpgroups split
+  // the columns) lies in the first 8 columns of a slab, so a column dq_col0 + dcol has dcol's
+  // 8-column group and slab step.
   const int dq_row0 = get<0>(dq_coord_rc(0, 0)), dq_col0 = get<1>(dq_coord_rc(0, 0));
   const uint32_t dq_stage = static_cast<uint32_t>(__cvta_generic_to_shared(ss.dq));
   const uint32_t dq_row_base = DqStage<kBlockM>::row_base(dq_row0, dq_col0 % 8) +
@@ -211,9 +230,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int r = 0; r < size<0>(dq_rc); ++r)
       CUTE_UNROLL
       for (int c = 0; c < size<1>(dq_rc); c += 2) {
-        // (row, col) = dq_row0 + 8 r, dq_col0 + (constant): one base, immediates per store.
+        // (row, col) = dq_row0 + (constant), dq_col0 + (constant): one base, immediates per store.
         const int dcol = get<1>(dq_coord_rc(r, c)) - dq_col0;
-        const uint32_t addr = dq_stage + DqStage<kBlockM>::byte_offset(dq_row_base, dcol) + r * 1024;
+        // The row's offset: 8 rows per r within a 64-row atom, 64 rows per atom (kBlockM = 128).
+        const int drow = get<0>(dq_coord_rc(r, 0)) - dq_row0;
+        const uint32_t addr = dq_stage + DqStage<kBlockM>::byte_offset(dq_row_base, dcol) + drow * 128;
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq_rc(r, c)), "f"(dq_rc(r, c + 1)) : "memory");
       }
     sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
@@ -229,10 +250,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       turns.begin_block();
       CUTE_UNROLL
       for (int s = 0; s < Config::kSlabsPerWarpgroup; ++s) {
-        const int slab = warpgroup * Config::kSlabsPerWarpgroup + s;
+        const int slab = Config::kDqSplitsRows ? s : warpgroup * Config::kSlabsPerWarpgroup + s;
+        const int row0 = Config::kDqSplitsRows ? warpgroup * Config::kDqRows : 0;  // in the block
         turns.wait(bp, p, b, qb, s, slab);
-        sm90::tensor_reduce_add_f32(&params.dq_map, ss.dq + slab * kBlockM * Config::kDqSlabCols,
-                                    slab * Config::kDqSlabCols, static_cast<int>(dq_rows.dq_row0 + qb.q0),
+        sm90::tensor_reduce_add_f32(&params.dq_map, ss.dq + slab * kBlockM * Config::kDqSlabCols + row0 * Config::kDqSlabCols,
+                                    slab * Config::kDqSlabCols, static_cast<int>(dq_rows.dq_row0 + qb.q0 + row0),
                                     static_cast<int>(dq_rows.dq_plane));
         sm90::bulk_commit_group();
       }
@@ -254,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // cores idle at once). At d = 64 its GEMM queues behind S^T and dP^T; at d = 128 it runs
     // first: S^T, dP^T and dQ in flight together with dK and dV do not fit 240 registers (ptxas
     // serialized the WGMMAs, C7512, and spilled).
-    constexpr bool kDqBehindSdP = D <= 64;
+    constexpr bool kDqBehindSdP = D <= 64 && kBlockM == 64;
     if (!kDqBehindSdP && it > 0) dq_block(prev, it - 1);
     sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ, tSrS);
     sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO, tSrdP);
@@ -313,7 +335,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ago have read the buffer.
     if (it >= 2) cutlass::arch::ClusterBarrier::wait(&ss.ds_free[it % 2], ((it - 2) / 2) % 2);
     const float ones[2] = {1.f, 1.f};
-    sm90::stage_output<T, kBlockM>(ss.ds[it % 2] + warpgroup * 64 * kBlockM, dp_rc, ones, mma_thread % 128);
+    sm90::stage_output<T, kBlockM, kBlockN>(ss.ds[it % 2] + warpgroup * 64 * 64, dp_rc, ones, mma_thread % 128);
     cutlass::arch::fence_view_async_shared();  // the stores, before the WGMMA's (async-proxy) reads
     cutlass::arch::ClusterBarrier::arrive(&ss.ds_ready[it % 2]);
 
@@ -342,53 +364,56 @@ __global__ void __launch_bounds__(kThreads, 1)
   });
 }
 
+
+template <typename T, int D, bool kDeterministic, bool kVarlen, class Mask, class Score>
+cudaError_t launch_main(const BwdProblem& bp, cudaStream_t stream) {
+  using Config = ConfigFor<T, D, kDeterministic, Mask>;
+  using E = typename Config::E;
+  static_assert(Config::kSmemBytes <= smem_bytes(D, kDeterministic, kLocalMask<Mask>),
+                "bwd_sm90_launch.h's smem_bytes() must bound the kernel's");
+  const FwdProblem& p = bp.fwd;
+  typename Config::Params params{};
+  params.problem = bp;
+  // The descriptors span the tensors (a variable-length batch's packed rows as one batch
+  // entry: q_rows() ...). With no query rows no Q block is loaded, but the descriptors must
+  // still be valid: Q and dO then get K's shape.
+  const bool no_queries = p.q_rows() == 0;
+  const int rows_q = p.q_rows(), rows_k = p.k_rows(), tma_batch = p.tma_batch();
+  params.tma_q = no_queries
+      ? sm90::make_tile_tma<E, Config::kBlockM, D>(p.k, rows_k, p.heads_kv, tma_batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride)
+      : sm90::make_tile_tma<E, Config::kBlockM, D>(p.q, rows_q, p.heads_q, tma_batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
+  params.tma_do = no_queries
+      ? params.tma_q
+      : sm90::make_tile_tma<E, Config::kBlockM, D>(bp.dout, rows_q, p.heads_q, tma_batch, bp.do_row_stride, bp.do_head_stride, bp.do_batch_stride);
+  params.tma_k = sm90::make_tile_tma<E, Config::kBlockN, D>(p.k, rows_k, p.heads_kv, tma_batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
+  params.tma_v = sm90::make_tile_tma<E, Config::kBlockN, D>(p.v, rows_k, p.heads_kv, tma_batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
+  const dim3 grid((p.seqlen_k + Config::kBlockN - 1) / Config::kBlockN, p.heads_kv, p.batch);
+  if (!no_queries) {
+    if (cudaError_t err = sm90::encode_f32_tensor_map(&params.dq_map, bp.dq_accum, D, dq_plane_rows(bp),
+                                                      static_cast<uint64_t>(dq_planes(bp)),
+                                                      Config::kDqSlabCols, Config::kDqRows);
+        err != cudaSuccess)
+      return err;
+  }
+  if constexpr (D > 128) {
+    return launch_with_smem(bwd_sm90_split_keys_kernel<T, kDeterministic, kVarlen, Mask, Score>, grid, kThreads,
+                            Config::kSmemBytes, stream, params);
+  } else {
+    return launch_with_smem(bwd_sm90_kernel<T, D, kDeterministic, kVarlen, Mask, Score>, grid, kThreads,
+                            Config::kSmemBytes, stream, params);
+  }
+}
+
 // The main kernel's launch (descriptors, shared memory, one CTA per (KV block, KV head, batch or
 // sequence)), between the shared pre- and post-passes, for one mask and score policy; kVarlen
-// must be bp.fwd.varlen().
-// The arrangement of a head dim (bwd_sm90_launch.h): the keys as M up to d = 128, split between
-// the warpgroups at d = 256.
-template <typename T, int D>
-using ConfigFor = std::conditional_t<(D > 128), SplitKeysConfig<T>, BwdConfig<T, D>>;
-
+// must be bp.fwd.varlen(). The arrangement of a head dim (bwd_sm90_launch.h): the keys as M up to
+// d = 128, split between the warpgroups at d = 256; the deterministic mode's kernel may take
+// other Q blocks (block_m).
 template <typename T, int D, bool kVarlen, class Mask, class Score>
 cudaError_t launch_policies(const BwdProblem& bp, cudaStream_t stream) {
-  using Config = ConfigFor<T, D>;
-  using E = typename Config::E;
-  static_assert(Config::kSmemBytes <= smem_bytes(D), "bwd_sm90_launch.h's smem_bytes() must bound the kernel's");
   return launch_backward_passes<T, D>(bp, stream, [&]() -> cudaError_t {
-    const FwdProblem& p = bp.fwd;
-    typename Config::Params params{};
-    params.problem = bp;
-    // The descriptors span the tensors (a variable-length batch's packed rows as one batch
-    // entry: q_rows() ...). With no query rows no Q block is loaded, but the descriptors must
-    // still be valid: Q and dO then get K's shape.
-    const bool no_queries = p.q_rows() == 0;
-    const int rows_q = p.q_rows(), rows_k = p.k_rows(), tma_batch = p.tma_batch();
-    params.tma_q = no_queries
-        ? sm90::make_tile_tma<E, Config::kBlockM, D>(p.k, rows_k, p.heads_kv, tma_batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride)
-        : sm90::make_tile_tma<E, Config::kBlockM, D>(p.q, rows_q, p.heads_q, tma_batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
-    params.tma_do = no_queries
-        ? params.tma_q
-        : sm90::make_tile_tma<E, Config::kBlockM, D>(bp.dout, rows_q, p.heads_q, tma_batch, bp.do_row_stride, bp.do_head_stride, bp.do_batch_stride);
-    params.tma_k = sm90::make_tile_tma<E, Config::kBlockN, D>(p.k, rows_k, p.heads_kv, tma_batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
-    params.tma_v = sm90::make_tile_tma<E, Config::kBlockN, D>(p.v, rows_k, p.heads_kv, tma_batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
-    const dim3 grid((p.seqlen_k + Config::kBlockN - 1) / Config::kBlockN, p.heads_kv, p.batch);
-    if (!no_queries) {
-      if (cudaError_t err = sm90::encode_f32_tensor_map(&params.dq_map, bp.dq_accum, D, dq_plane_rows(bp),
-                                                        static_cast<uint64_t>(dq_planes(bp)),
-                                                        Config::kDqSlabCols, Config::kBlockM);
-          err != cudaSuccess)
-        return err;
-    }
-    if constexpr (D > 128) {
-      auto* kernel = bp.deterministic ? bwd_sm90_split_keys_kernel<T, true, kVarlen, Mask, Score>
-                                      : bwd_sm90_split_keys_kernel<T, false, kVarlen, Mask, Score>;
-      return launch_with_smem(kernel, grid, kThreads, Config::kSmemBytes, stream, params);
-    } else {
-      auto* kernel = bp.deterministic ? bwd_sm90_kernel<T, D, true, kVarlen, Mask, Score>
-                                      : bwd_sm90_kernel<T, D, false, kVarlen, Mask, Score>;
-      return launch_with_smem(kernel, grid, kThreads, Config::kSmemBytes, stream, params);
-    }
+    return bp.deterministic ? launch_main<T, D, true, kVarlen, Mask, Score>(bp, stream)
+                            : launch_main<T, D, false, kVarlen, Mask, Score>(bp, stream);
   });
 }
 

@@ -9,32 +9,47 @@
 
 namespace hfa::bwd_sm90 {
 
-// One CTA per (KV block of block_n(D) keys, KV head, batch), walking Q blocks of block_m(D) rows
-// through a stages(D)-deep ring, in one of two arrangements:
+// One CTA per (KV block of block_n(D) keys, KV head, batch), walking Q blocks of block_m(D, ...)
+// rows through a stages(D, ...)-deep ring, in one of two arrangements:
 // - d = 64, 128 (bwd_sm90_kernel.cuh): 128-key blocks, each consumer warpgroup owning 64 keys as
 //   WGMMA's M, with dK and dV (64 x D fp32) in its registers;
 // - d = 256 (bwd_sm90_split_keys.cuh): 64 keys x 256 columns of dK and dV would take 256 of a
 //   consumer's 240 registers in that arrangement, so the blocks have 64 keys, 32 per warpgroup,
 //   with dK^T and dV^T (256 x 32) in its registers, as FlashAttention-3 does at d = 256.
 constexpr int block_n(int head_dim) { return head_dim <= 128 ? 128 : 64; }
-// The Q / dO ring's depth: four at d = 64 (a Q block's five GEMMs take about 1.7 us on an SM, near
-// an L2 round trip for its 16 KB of Q and dO), where 227 KB hold them; two at d = 128 and 256,
-// where they do not. Measured at d = 64 against two (H100, WORKLOG "bwd_sm90"): 1.006x, +1.5-2.2%
-// at 512 and 1k keys, 0 from 4k -- so the loads were not what limits d = 64.
-constexpr int stages(int head_dim) { return head_dim <= 64 ? 4 : 2; }
-// 64-query blocks at every head dim: 128 at d = 64 (FA2's +13% there) spilled 30-50 registers
-// per consumer thread (S^T, dP^T 64 each, P and dS^T in bf16 32 each, dK and dV 32 each, dQ 32),
-// also with dS^T computed before dV's GEMM is issued.
-constexpr int block_m(int /*head_dim*/) { return 64; }
+// Query rows per Q block: 128 at d = 64 (FlashAttention-3's d = 64 shape: each of the five GEMMs
+// per block twice as long for the same synchronization; S^T and dP^T take 64 registers each),
+// 64 elsewhere, in the deterministic mode (its turn counters are laid out for 64-row blocks) and
+// with a sliding window (`local`: at d = 64 it spilled 150 bytes with 128 rows, and its blocks
+// cross the window's edges twice as often; measured -19% at window 1024).
+constexpr int block_m(int head_dim, bool deterministic, bool local = false) {
+  return head_dim == 64 && !deterministic && !local ? 128 : 64;
+}
+// The Q / dO ring's depth: four for d = 64's 64-row blocks (a Q block's five GEMMs take about
+// 1.7 us on an SM, near an L2 round trip for its 16 KB of Q and dO), where 227 KB hold them; two
+// elsewhere, where they do not. Measured at d = 64 against two (H100, WORKLOG "bwd_sm90"): 1.006x,
+// +1.5-2.2% at 512 and 1k keys, 0 from 4k -- so the loads were not what limits d = 64.
+constexpr int stages(int head_dim, bool deterministic, bool local = false) {
+  return block_m(head_dim, deterministic, local) * head_dim <= 64 * 64 ? 4 : 2;
+}
 constexpr bool has_shape(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 // Shared memory of a shape: K and V, stages x (Q, dO), two dS buffers (bf16/fp16), at d <= 128
 // the staged dQ block (fp32; d = 256 stages it in a consumed Q / dO stage), at d = 256 the P
 // tile; stages x the row statistics, 1 KB of barriers and 1 KB of alignment slack.
-constexpr size_t smem_bytes(int head_dim) {
-  const size_t m = block_m(head_dim), n = block_n(head_dim), d = head_dim, st = stages(head_dim);
+constexpr size_t smem_bytes(int head_dim, bool deterministic, bool local) {
+  const size_t m = block_m(head_dim, deterministic, local), n = block_n(head_dim), d = head_dim,
+               st = stages(head_dim, deterministic, local);
   const size_t tiles = (2 * n * d + st * 2 * m * d + 2 * n * m) * 2 + st * m * 8 + 2048;
   return !has_shape(head_dim) ? 0 : head_dim <= 128 ? tiles + m * d * 4 : tiles + m * n * 2;
+}
+// The largest of a head dim's shapes (what the device must offer).
+constexpr size_t smem_bytes(int head_dim) {
+  size_t most = 0;
+  for (int det = 0; det < 2; ++det)
+    for (int local = 0; local < 2; ++local)
+      most = smem_bytes(head_dim, det, local) > most ? smem_bytes(head_dim, det, local) : most;
+  return most;
 }
 static_assert(smem_bytes(64) <= 232448 && smem_bytes(128) <= 232448 && smem_bytes(256) <= 232448,
               "a bwd_sm90 shape exceeds 227 KB of shared memory");

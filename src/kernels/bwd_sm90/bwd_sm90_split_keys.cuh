@@ -51,12 +51,13 @@ template <typename T>
 struct SplitKeysConfig {
   using E = typename sm90::CutlassElement<T>::type;
   static constexpr int kHeadDim = 256, D = kHeadDim;
-  static constexpr int kBlockM = block_m(D), kBlockN = block_n(D), kStages = stages(D);
+  static constexpr int kBlockM = block_m(D, false), kBlockN = block_n(D), kStages = stages(D, false);
   static constexpr int kKeysPerWarpgroup = kBlockN / 2;
   // dQ: a warpgroup's 128 columns, computed in two slices of 64 (32 registers each), staged
   // and reduced in DqStage's 32-column slabs.
   static constexpr int kDqCols = D / 2, kDqSliceCols = 64, kDqSlices = kDqCols / kDqSliceCols;
   static constexpr int kDqSlabCols = DqStage<kBlockM>::kSlabCols;
+  static constexpr int kDqRows = kBlockM;  // the rows of a dQ reduction's box
   static_assert(kBlockM * kDqCols * sizeof(float) == kBlockM * D * sizeof(E),
                 "a warpgroup's dQ half is staged in one Q or dO tile of the ring");
   static_assert(kBlockN == 64 && kBlockM == 64, "the GEMM shapes below assume 64 x 64 blocks");

@@ -72,16 +72,20 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
 __host__ __device__ constexpr uint32_t staged_row_base(int row) {
   return (row / 8) * 1024 + (row % 8) * (128 + 16);
 }
+// TileRows: the rows of the whole tile (its slabs' height), when the 64 rows are a part of it.
+template <int TileRows = kStagedRows>
 __host__ __device__ constexpr uint32_t staged_chunk_offset(uint32_t row_base, int c8) {
-  return (row_base ^ ((c8 % 8) * 16)) + (c8 / 8) * (kStagedRows * 128);
+  return (row_base ^ ((c8 % 8) * 16)) + (c8 / 8) * (TileRows * 128);
 }
 
-// One warpgroup's O fragment (o_rc: 2 rows x D / 4 columns per thread, element (h, 2 j + e) at
-// row 8 h + lane / 4 of the warp's 16 rows, column 8 j + 2 (lane % 4) + e), times its row's
-// factor, converted to T, into the warpgroup's staging tile. wg_thread: 0..127 in the warpgroup.
-template <typename T, int D, class Element, class TO>
-__device__ __forceinline__ void stage_output(Element* tile, const TO& o_rc, const float* row_factor,
-                                             int wg_thread) {
+// The staging of one warpgroup's 64 x D fragment: pair(h, c) is this thread's packed pair of
+// 16-bit elements (h, c) and (h, c + 1) of the fragment in row-column form (element (h, 2 j + e) at
+// row 8 h + lane / 4 of the warp's 16 rows, column 8 j + 2 (lane % 4) + e), written into the
+// warpgroup's staging tile. wg_thread: 0..127 in the warpgroup. TileRows: the rows of a
+// TileLayout tile whose 64 rows from `tile` on these are (the backward's dS^T: one warpgroup's 64
+// keys of a 128-key tile).
+template <int D, int TileRows = kStagedRows, class Element, class PairOf>
+__device__ __forceinline__ void stage_pairs(Element* tile, PairOf&& pair, int wg_thread) {
   static_assert(D % 16 == 0 && sizeof(Element) == 2);
   const int lane = wg_thread % 32;
   const int m = lane / 8;  // the matrix whose row this lane addresses: (row half, column block)
@@ -90,13 +94,19 @@ __device__ __forceinline__ void stage_output(Element* tile, const TO& o_rc, cons
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
   const uint32_t row_base = staged_row_base(row) ^ ((m / 2) * 16);
   CUTE_UNROLL
-  for (int j = 0; j < D / 8; j += 2) {  // column blocks j and j + 1
-    stmatrix_x4(base + staged_chunk_offset(row_base, j),
-                pack_pair<T>(o_rc(0, 2 * j) * row_factor[0], o_rc(0, 2 * j + 1) * row_factor[0]),
-                pack_pair<T>(o_rc(1, 2 * j) * row_factor[1], o_rc(1, 2 * j + 1) * row_factor[1]),
-                pack_pair<T>(o_rc(0, 2 * j + 2) * row_factor[0], o_rc(0, 2 * j + 3) * row_factor[0]),
-                pack_pair<T>(o_rc(1, 2 * j + 2) * row_factor[1], o_rc(1, 2 * j + 3) * row_factor[1]));
-  }
+  for (int j = 0; j < D / 8; j += 2)  // column blocks j and j + 1
+    stmatrix_x4(base + staged_chunk_offset<TileRows>(row_base, j), pair(0, 2 * j), pair(1, 2 * j), pair(0, 2 * j + 2),
+                pair(1, 2 * j + 2));
+}
+
+// One warpgroup's fp32 O fragment (o_rc: 2 rows x D / 4 columns per thread, stage_pairs' form),
+// times its row's factor, converted to T, into the warpgroup's staging tile.
+template <typename T, int D, int TileRows = kStagedRows, class Element, class TO>
+__device__ __forceinline__ void stage_output(Element* tile, const TO& o_rc, const float* row_factor,
+                                             int wg_thread) {
+  stage_pairs<D, TileRows>(tile, [&](int h, int c) {
+    return pack_pair<T>(o_rc(h, c) * row_factor[h], o_rc(h, c + 1) * row_factor[h]);
+  }, wg_thread);
 }
 
 // The whole staged store of one warpgroup's rows [row_block * kStagedRows, ...) of (batch b,
