@@ -42,12 +42,14 @@ bool is_forward_kernel(const std::string& name) {
   return false;
 }
 
+// o_bound: the largest reference::RoundedOBound of the elements (0 where none is computed).
 struct ErrorSums {
-  double max_abs = 0, base_max_abs = 0, sq_err = 0, sq_ref = 0;
-  void add(double got, double ref, double base) {
+  double max_abs = 0, base_max_abs = 0, sq_err = 0, sq_ref = 0, o_bound = 0;
+  void add(double got, double ref, double base, double rounded_o = 0) {
     const double err = std::fabs(got - ref);
     max_abs = std::isnan(err) ? INFINITY : std::max(max_abs, err);
     base_max_abs = std::max(base_max_abs, std::fabs(base - ref));
+    o_bound = std::max(o_bound, rounded_o);
     sq_err += err * err;
     sq_ref += ref * ref;
   }
@@ -55,7 +57,7 @@ struct ErrorSums {
     e->max_abs_err = max_abs;
     e->baseline_max_abs_err = base_max_abs;
     e->rel_rms = sq_ref > 0 ? std::sqrt(sq_err / sq_ref) : std::sqrt(sq_err);
-    e->tolerance = 2 * base_max_abs + gradient_atol(dtype);
+    e->tolerance = 2 * base_max_abs + gradient_atol(dtype) + o_bound;
   }
 };
 
@@ -155,6 +157,12 @@ Status run_check_backward(DeviceBuffers& buf, uint64_t seed, int max_groups,
   const int threads = static_cast<int>(std::max(1u, std::min(std::thread::hardware_concurrency(), 32u)));
   std::vector<double> ref_q(q.size()), ref_k(k.size()), ref_v(v.size());
   std::vector<double> base_q(q.size()), base_k(k.size()), base_v(v.size());
+  // With sinks, the tolerance of dq and dk also allows what rounding O does to them through D
+  // (reference::RoundedOBound): a row whose mass sits on one key beside a sink has dS = P (1 - P)
+  // dP, which that rounding can swamp, and the baseline's own rounding of O may cancel by luck
+  // (seen: b 1, sq = sk = 1, causal, dq 6.4e-3 against a tolerance of 3.1e-3, with bwd_sm90's
+  // 64- and 128-row blocks alike). Only sinks make such rows in these tests.
+  std::vector<double> bound_q(c.sinks ? q.size() : 0, 0.0), bound_k(c.sinks ? k.size() : 0, 0.0);
   ErrorSums eq, ek, ev;
   // Elements that must be exactly 0 and are not: dk / dv rows past seqused_k, and a
   // variable-length batch's rows past its last sequence (Config::varlen_tail).
@@ -179,18 +187,20 @@ Status run_check_backward(DeviceBuffers& buf, uint64_t seed, int max_groups,
     const int64_t qa = grp.q_at, ka = grp.k_at;
     reference::backward_group(s, q.data() + qa, k.data() + ka, v.data() + ka, dout.data() + qa, b, hkv,
                               nullptr, ref_q.data() + qa, ref_k.data() + ka, ref_v.data() + ka, threads);
+    const reference::RoundedOBound bound{bound_q.data() + qa, bound_k.data() + ka};
     reference::backward_group(s, q.data() + qa, k.data() + ka, v.data() + ka, dout.data() + qa, b, hkv,
-                              &prec, base_q.data() + qa, base_k.data() + ka, base_v.data() + ka, threads);
+                              &prec, base_q.data() + qa, base_k.data() + ka, base_v.data() + ka, threads,
+                              c.sinks ? &bound : nullptr);
     for (int g = 0; g < group_size; ++g)
       for (int i = 0; i < s.seqlen_q; ++i)
         for (int e = 0; e < d; ++e) {
           const int64_t idx = qa + s.q_index(b, i, hkv * group_size + g) + e;
-          eq.add(dq[idx], ref_q[idx], base_q[idx]);
+          eq.add(dq[idx], ref_q[idx], base_q[idx], c.sinks ? bound_q[idx] : 0.0);
         }
     for (int j = 0; j < s.seqlen_k; ++j)
       for (int e = 0; e < d; ++e) {
         const int64_t idx = ka + s.kv_index(b, j, hkv) + e;
-        ek.add(dk[idx], ref_k[idx], base_k[idx]);
+        ek.add(dk[idx], ref_k[idx], base_k[idx], c.sinks ? bound_k[idx] : 0.0);
         ev.add(dv[idx], ref_v[idx], base_v[idx]);
       }
     for (int j = s.seqlen_k; j < grp.key_rows; ++j)

@@ -78,12 +78,16 @@ void parallel_for(int n, int threads, const Fn& fn) {
 
 void backward_group(const Shape& s, const double* q, const double* k, const double* v,
                     const double* dout, int b, int hk, const Precision* lowp, double* dq,
-                    double* dk, double* dv, int threads) {
+                    double* dk, double* dv, int threads, const RoundedOBound* o_rounding) {
   const int d = s.head_dim, group = s.heads_q / s.heads_kv;
   auto r = [&](double x) { return lowp ? round_to(*lowp, x) : x; };
-  std::vector<double> lse(s.seqlen_q), row_dot(s.seqlen_q);
+  const RoundedOBound* bound = lowp ? o_rounding : nullptr;
+  const double unit = lowp && *lowp == Precision::kFP16 ? 0x1p-11 : 0x1p-8;
+  std::vector<double> lse(s.seqlen_q), row_dot(s.seqlen_q), row_dot_bound(s.seqlen_q);
+
   std::vector<char> no_key(s.seqlen_q);  // rows that see no key (their LSE is the sink's, if any)
   std::vector<double> dk_acc(static_cast<size_t>(s.seqlen_k) * d, 0.0), dv_acc(dk_acc.size(), 0.0);
+  std::vector<double> dk_bound(bound ? dk_acc.size() : 0, 0.0);
 
   // P_ij and dS_ij of query head h, recomputed where needed (the backward of FA2 does the same).
   auto p_and_ds = [&](int h, int i, int j, double* p, double* ds) {
@@ -111,11 +115,16 @@ void backward_group(const Shape& s, const double* q, const double* k, const doub
       for (int j = 0; j < s.seqlen_k && no_key[i]; ++j) no_key[i] = !s.visible(i, j);
       const double* doi = dout + s.q_index(b, i, h);
       double dot = 0;
-      for (int c = 0; c < d; ++c) dot += doi[c] * o[c];
+      double magnitude = 0;
+      for (int c = 0; c < d; ++c) {
+        dot += doi[c] * o[c];
+        magnitude += std::fabs(doi[c] * o[c]);
+      }
       row_dot[i] = dot;
+      row_dot_bound[i] = unit * magnitude;
     });
     parallel_for(s.seqlen_q, threads, [&](int i) {  // dQ_i = scale * sum_j dS_ij K_j
-      std::vector<double> acc(d, 0.0);
+      std::vector<double> acc(d, 0.0), pk(bound ? d : 0, 0.0);
       if (lse[i] != kNegInf && !no_key[i])
         for (int j = 0; j < s.seqlen_k; ++j) {
           if (!s.visible(i, j)) continue;
@@ -123,9 +132,14 @@ void backward_group(const Shape& s, const double* q, const double* k, const doub
           p_and_ds(h, i, j, &p, &ds);
           const double* kj = k + s.kv_index(b, j, hk);
           for (int c = 0; c < d; ++c) acc[c] += ds * kj[c];
+          if (bound)
+            for (int c = 0; c < d; ++c) pk[c] += p * kj[c];
         }
       double* dqi = dq + s.q_index(b, i, h);
       for (int c = 0; c < d; ++c) dqi[c] = r(s.scale * acc[c]);
+      if (bound)
+        for (int c = 0; c < d; ++c)
+          bound->dq[s.q_index(b, i, h) + c] = s.scale * row_dot_bound[i] * std::fabs(pk[c]);
     });
     parallel_for(s.seqlen_k, threads, [&](int j) {  // dK_j += scale dS^T Q, dV_j += P^T dO
       double* dkj = &dk_acc[static_cast<size_t>(j) * d];
@@ -141,6 +155,9 @@ void backward_group(const Shape& s, const double* q, const double* k, const doub
           dkj[c] += s.scale * ds * qi[c];
           dvj[c] += pr * doi[c];
         }
+        if (bound)
+          for (int c = 0; c < d; ++c)
+            dk_bound[static_cast<size_t>(j) * d + c] += s.scale * p * row_dot_bound[i] * std::fabs(qi[c]);
       }
     });
   }
@@ -148,6 +165,7 @@ void backward_group(const Shape& s, const double* q, const double* k, const doub
     for (int c = 0; c < d; ++c) {
       dk[s.kv_index(b, j, hk) + c] = r(dk_acc[static_cast<size_t>(j) * d + c]);
       dv[s.kv_index(b, j, hk) + c] = r(dv_acc[static_cast<size_t>(j) * d + c]);
+      if (bound) bound->dk[s.kv_index(b, j, hk) + c] = dk_bound[static_cast<size_t>(j) * d + c];
     }
 }
 

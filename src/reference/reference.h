@@ -74,9 +74,19 @@ double round_to_e4m3(double x);
 // tolerance baseline for gradients: the same equations as a framework runs them on bf16/fp16
 // tensors (O, S, dP, P and dS rounded to the dtype where a framework materializes them, the
 // gradients rounded at the end). `threads` > 1 splits rows and keys across std::threads.
+// o_rounding (optional, with lowp): per element of dq and dk (their layouts, as written), a first-
+// order bound on what rounding O to the dtype does to the gradient through D = rowsum(dO * O), as
+// a kernel computes D from its rounded output: |dD_i| <= u sum_c |dO_ic O_ic| (u the unit
+// roundoff), dq_i moves by scale dD_i sum_j P_ij K_j and dk_j by scale sum_i P_ij dD_i Q_i.
+// Small where attention spreads; the size of the gradient itself where a row's mass sits on one
+// key and a sink (dS = P (dP - D) = P (1 - P) dP there, which that rounding can swamp).
+struct RoundedOBound {
+  double* dq;
+  double* dk;
+};
 void backward_group(const Shape& s, const double* q, const double* k, const double* v,
                     const double* dout, int b, int hk, const Precision* lowp, double* dq,
-                    double* dk, double* dv, int threads = 1);
+                    double* dk, double* dv, int threads = 1, const RoundedOBound* o_rounding = nullptr);
 
 // dL/dsinks (s.sinks required): -sum over (batch, row) of exp(sink_h - LSE) * rowsum(dout * O), in
 // fp64 (lowp == nullptr) or from forward_row_lowp's O and LSE (the tolerance baseline).
