@@ -118,18 +118,20 @@ def hfa_label(kernel, kind, deterministic):
     return name + ("_deterministic" if deterministic and kind != "fwd" else "")
 
 
-def row(impl, c, dtype, ms, iters, error=None, kind="fwd"):
+def row(impl, c, dtype, ms, iters, error=None, kind="fwd", softcap=0.0):
     flops = attention_flops(c) * FLOPS_FACTOR[kind]
     tflops = flops / (ms * 1e-3) / 1e12 if ms else None
     r = dict(impl=impl, kind=kind, dtype=dtype, d=c["d"], causal=c["causal"], seqlen_q=c["s"],
              seqlen_k=c["s"], batch=c["batch"], heads_q=c["heads"], heads_kv=c["heads"],
              ms=ms, tflops=tflops, gbps=None, check=None, iters=iters)
+    if softcap:
+        r["softcap"] = softcap  # the same FLOPs as the plain score: TFLOPS compare directly
     if error:
         r["error"] = error
     return r
 
 
-def bench_config(c, impls, dtype, timer, kind="fwd", deterministic=False):
+def bench_config(c, impls, dtype, timer, kind="fwd", deterministic=False, softcap=0.0):
     tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     shape = (c["batch"], c["s"], c["heads"], c["d"])
     grads = kind != "fwd"
@@ -141,6 +143,8 @@ def bench_config(c, impls, dtype, timer, kind="fwd", deterministic=False):
         label = impl
         if impl in PEERS:
             def fwd(impl=impl):
+                if softcap:
+                    raise NotImplementedError(f"{impl}: torch SDPA takes no softcap")
                 with sdpa_kernel(PEERS[impl]):
                     return F.scaled_dot_product_attention(qt, kt, vt, is_causal=c["causal"]).transpose(1, 2)
         elif impl == FA3:
@@ -148,13 +152,13 @@ def bench_config(c, impls, dtype, timer, kind="fwd", deterministic=False):
                 if kind != "fwd":
                     raise NotImplementedError("fa3: the fa3_fwd wheel has FlashAttention-3's forward only")
                 from fa3_fwd_interface import flash_attn_func
-                return flash_attn_func(q, k, v, causal=c["causal"])
+                return flash_attn_func(q, k, v, causal=c["causal"], softcap=softcap)
         else:
             label = hfa_label(impl, kind, deterministic)
 
             def fwd(impl=impl):
                 if kind == "fwd":
-                    return hfa.attention(q, k, v, causal=c["causal"], kernel=impl)
+                    return hfa.attention(q, k, v, causal=c["causal"], kernel=impl, softcap=softcap)
                 return hfa.attention(q, k, v, causal=c["causal"], backward_kernel=impl,
                                      deterministic=deterministic)
         try:
@@ -167,9 +171,10 @@ def bench_config(c, impls, dtype, timer, kind="fwd", deterministic=False):
                 ms, iters = timer.median_ms(lambda: torch.autograd.grad(fwd(), (q, k, v), dout))
             else:
                 ms, iters = timer.median_ms(fwd)
-            rows.append(row(label, c, dtype, ms, iters, kind=kind))
+            rows.append(row(label, c, dtype, ms, iters, kind=kind, softcap=softcap))
         except (RuntimeError, ValueError, NotImplementedError) as e:  # cannot run this configuration
-            rows.append(row(label, c, dtype, None, 0, error=str(e).splitlines()[0][:300], kind=kind))
+            rows.append(row(label, c, dtype, None, 0, error=str(e).splitlines()[0][:300], kind=kind,
+                            softcap=softcap))
     return rows
 
 
@@ -282,9 +287,16 @@ def main():
                     help="time the peers before the hfa kernels in each configuration (default: after). "
                          "Under a power cap the clock an implementation gets depends on what ran "
                          "just before it; both orders bound that effect")
+    ap.add_argument("--softcap", type=float, default=0.0,
+                    help="forward only: scores capped as softcap * tanh(s / softcap) (Gemma 2's), for hfa and "
+                         "fa3; torch SDPA has no softcap (its rows record that)")
     ap.add_argument("--json", help="write rows in the DESIGN.md schema")
     ap.add_argument("--plot", help="write a PNG")
     args = ap.parse_args()
+    if args.softcap < 0:
+        sys.exit("bench_peers: --softcap must be > 0 (or 0: none)")
+    if args.softcap and (args.bwd or args.step):
+        sys.exit("bench_peers: --softcap is timed for the forward only (fa3's wheel has no backward)")
     if args.bwd and args.step:
         sys.exit("bench_peers: --bwd and --step are two runs; give one")
     if args.deterministic and not (args.bwd or args.step):
@@ -315,7 +327,7 @@ def main():
     attn_peers = [p for p in peers if p in PEERS or p == FA3]
     attn_impls = attn_peers + kernels if args.peers_first else kernels + attn_peers
     for n, c in enumerate(configs, 1):
-        new = bench_config(c, attn_impls, args.dtype, timer, kind, args.deterministic)
+        new = bench_config(c, attn_impls, args.dtype, timer, kind, args.deterministic, args.softcap)
         rows += new
         done = "  ".join(f"{r['impl']} {r['tflops']:.1f}" if r["tflops"] else f"{r['impl']} -" for r in new)
         print(f"[{n}/{len(configs)}] d={c['d']} causal={int(c['causal'])} s={c['s']}: {done}",
