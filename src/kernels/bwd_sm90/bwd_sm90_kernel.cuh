@@ -75,9 +75,9 @@ struct BwdConfig {
   // The keys are M, 64 per consumer warpgroup, in S^T / dP^T (N = queries, k = d) and in dK / dV
   // (N = d, k = queries). dQ (M = queries, N = d, k = keys) splits its columns between the
   // warpgroups at 64-row blocks, its rows at 128-row ones (kDqSplitsRows): a warpgroup's dQ is
-  // then 64 x D (m64nDk16: 2 + D / 8 KB of operands per 8 D clocks) rather than 128 x D / 2 (two
-  // m64n(D/2)k16: 2 + D / 16 KB per 4 D clocks), 128 bytes per clock at d = 64 instead of 192,
-  // which is more than shared memory delivers.
+  // then 64 x D (m64nDk16: 2 + D / 32 KB of shared-memory operands per D / 2 tensor clocks) rather
+  // than 128 x D / 2 (m64n(D/2)k16: 2 + D / 64 KB per D / 4 clocks): at d = 64, 128 bytes per
+  // clock instead of 192, which is more than shared memory delivers.
   static constexpr bool kDqSplitsRows = kBlockM > 64;
   using MmaSdP = sm90::QkTiledMma<E, kBlockM, D, sm90::WarpgroupsAlongM<2>>;
   using MmadKV = sm90::RegisterATiledMma<E, D, kBlockM, cute::GMMA::Major::MN, sm90::WarpgroupsAlongM<2>>;
@@ -334,6 +334,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // swizzled tile), each warpgroup its 64 keys, once both warpgroups' dQ GEMMs of two blocks
     // ago have read the buffer.
     if (it >= 2) cutlass::arch::ClusterBarrier::wait(&ss.ds_free[it % 2], ((it - 2) / 2) % 2);
+    // The warpgroup's keys are rows [64 w, 64 w + 64) of the (kBlockN x kBlockM) tile: they start
+    // 64 rows into its first 64-column slab.
     const float ones[2] = {1.f, 1.f};
     sm90::stage_output<T, kBlockM, kBlockN>(ss.ds[it % 2] + warpgroup * 64 * 64, dp_rc, ones, mma_thread % 128);
     cutlass::arch::fence_view_async_shared();  // the stores, before the WGMMA's (async-proxy) reads
@@ -363,7 +365,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     zero_unused_tail<D, kVarlen, kBlockN>(bp, dk_out, dv_out, k_rows, k0, used, mma_thread);
   });
 }
-
 
 template <typename T, int D, bool kDeterministic, bool kVarlen, class Mask, class Score>
 cudaError_t launch_main(const BwdProblem& bp, cudaStream_t stream) {
