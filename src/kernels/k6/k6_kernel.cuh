@@ -128,8 +128,10 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   Tensor c_rc = sm90::as_rowcol(tScS);
   Tensor o_rc = sm90::as_rowcol(tOrO);
   constexpr int kRows = decltype(size<0>(o_rc))::value;
-  // The scale folded into the exponent: measured +3-4% at d = 64 and 128, -3% at d = 256.
-  constexpr bool kFoldScale = D <= 128;
+  // The scale folded into the exponent: measured +3-4% at d = 64 and 128, -3% at d = 256 with the
+  // plain score; with softcap at d = 256 (whose tanh already costs an FMUL and a MUFU per score
+  // before the row max), +0.9% (+0.1-1.7% on every row of two rounds; WORKLOG, softcap).
+  constexpr bool kFoldScale = D <= 128 || Score::kTransforms;
   // Lazy O rescaling (fragment_softmax.cuh) at d = 256, where the O rescale is 128 multiplies per
   // thread per 80-key tile: +2-3% at every length. At d <= 128 it measured -2% (d = 128) and -6%
   // (d = 64), more than its vote and branch account for (docs/WORKLOG.md, K6 sixth pass).
