@@ -84,7 +84,6 @@ void backward_group(const Shape& s, const double* q, const double* k, const doub
   const RoundedOBound* bound = lowp ? o_rounding : nullptr;
   const double unit = lowp && *lowp == Precision::kFP16 ? 0x1p-11 : 0x1p-8;
   std::vector<double> lse(s.seqlen_q), row_dot(s.seqlen_q), row_dot_bound(s.seqlen_q);
-
   std::vector<char> no_key(s.seqlen_q);  // rows that see no key (their LSE is the sink's, if any)
   std::vector<double> dk_acc(static_cast<size_t>(s.seqlen_k) * d, 0.0), dv_acc(dk_acc.size(), 0.0);
   std::vector<double> dk_bound(bound ? dk_acc.size() : 0, 0.0);

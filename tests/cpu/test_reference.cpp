@@ -292,6 +292,49 @@ TEST(Reference, LowPrecisionBackwardBaselineHasTheExpectedErrorSize) {
   }
 }
 
+// RoundedOBound against its meaning, on the case that needed it (one query, one key, a sink):
+// computed from the definitions here, dS = P (dP - D) with D from O rounded to bf16 moves dq and
+// dk by no more than the bound, and by a good part of it somewhere (the bound is not vacuous).
+TEST(Reference, RoundedOBoundCoversDFromARoundedO) {
+  const int d = 64;
+  std::mt19937_64 rng(21);
+  std::normal_distribution<double> n(0.0, 1.0);
+  std::uniform_real_distribution<double> u(-1.0, 4.0);
+  const Precision bf16 = Precision::kBF16;
+  double worst = 0;  // the largest (effect / bound)
+  for (int trial = 0; trial < 200; ++trial) {
+    Inputs in = random_inputs(make_shape(1, 1, 1, 1, 1, d, false), 100 + trial);
+    for (auto* t : {&in.q, &in.k, &in.v})
+      for (double& x : *t) x = round_to(bf16, x);
+    double sink = u(rng);
+    in.s.sinks = &sink;
+    std::vector<double> dout(d);
+    for (double& x : dout) x = round_to(bf16, n(rng));
+    // The definitions: s = scale q.k, P = e^s / (e^s + e^sink), O = P v, dP = dO.v, dq = scale dS k.
+    double dot = 0, dp = 0;
+    for (int c = 0; c < d; ++c) dot += in.q[c] * in.k[c], dp += dout[c] * in.v[c];
+    const double p = 1.0 / (1.0 + std::exp(sink - in.s.scale * dot));
+    double d_exact = 0, d_rounded = 0;
+    for (int c = 0; c < d; ++c) {
+      d_exact += dout[c] * p * in.v[c];
+      d_rounded += dout[c] * round_to(bf16, p * in.v[c]);
+    }
+    const double ds_shift = p * (d_exact - d_rounded);  // dS(rounded O) - dS(exact O)
+    std::vector<double> bq(d), bk(d), gq(d), gk(d), gv(d);
+    const RoundedOBound bound{bq.data(), bk.data()};
+    backward_group(in.s, in.q.data(), in.k.data(), in.v.data(), dout.data(), 0, 0, &bf16, gq.data(),
+                   gk.data(), gv.data(), 1, &bound);
+    for (int c = 0; c < d; ++c) {
+      const double moved_q = std::fabs(in.s.scale * ds_shift * in.k[c]);
+      const double moved_k = std::fabs(in.s.scale * ds_shift * in.q[c]);
+      ASSERT_LE(moved_q, 1.01 * bq[c]) << "trial " << trial << " dq column " << c;
+      ASSERT_LE(moved_k, 1.01 * bk[c]) << "trial " << trial << " dk column " << c;
+      if (bq[c] > 0) worst = std::max(worst, moved_q / bq[c]);
+    }
+  }
+  EXPECT_GT(worst, 0.1);
+}
+
 TEST(Reference, RoundToNearestEven) {
   EXPECT_EQ(round_to(Precision::kBF16, 1.0 + std::ldexp(1.0, -8)), 1.0);  // tie -> even
   EXPECT_EQ(round_to(Precision::kBF16, 1.0 + 3 * std::ldexp(1.0, -8)), 1.0 + std::ldexp(1.0, -6));
