@@ -1,12 +1,12 @@
 // What bwd_sm90's two arrangements share (bwd_sm90_kernel.cuh: the keys as WGMMA's M, d = 64 and
 // 128; bwd_sm90_split_keys.cuh: the keys split between the warpgroups, d = 256): the CTA's view of
 // its problem (a variable-length batch's sequence), its barriers, the producer that streams Q, dO
-// and the row statistics, the mask and softcap of P and dS, the deterministic mode's turns, and
-// the tail of dK and dV.
+// and the row statistics, the CTA's course up to its consumers (run_backward_cta), the mask and
+// softcap of P and dS, the deterministic mode's turns, and the tail of dK and dV.
 //
-// A Config provides E, kBlockM, kBlockN, kHeadDim, QLayout, KVLayout, Pipeline, Params (problem,
-// tma_q, tma_do, tma_k, tma_v) and a SharedStorage with k, v, q[], dout[], stats[], kv_barrier,
-// ds_ready[2], ds_free[2] and pipeline.
+// A Config provides E, kBlockM, kBlockN, kHeadDim, kStages, kStageConsumedBarriers, QLayout,
+// KVLayout, Pipeline, Params (BwdParams below) and a SharedStorage with k, v, q[], dout[], stats[],
+// kv_barrier, ds_ready[2], ds_free[2], pipeline (and stage_consumed[] with kStageConsumedBarriers).
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -33,6 +33,17 @@ constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
 static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= kThreads * 168,
               "setmaxnreg cannot hand out more registers than the CTA was launched with");
+
+// The main kernel's parameters, in both arrangements: the problem, the TMA descriptors of Q and
+// dO (BlockM-row tiles) and of K and V (BlockN-row tiles), and the dQ workspace as (D,
+// dq_plane_rows, dq_planes) in (32, the Config's kDqRows) boxes, for the reductions.
+template <class E, int BlockM, int BlockN, int D>
+struct BwdParams {
+  BwdProblem problem;
+  sm90::TileTma<E, BlockM, D> tma_q, tma_do;
+  sm90::TileTma<E, BlockN, D> tma_k, tma_v;
+  CUtensorMap dq_map;
+};
 
 // The CTA's work: KV block kv_block (keys k0 ...) of KV head hk of batch entry or sequence b
 // (blockIdx.y, .z); with `reversed` (the deterministic mode) KV block j runs on CTA
@@ -108,6 +119,8 @@ __device__ __forceinline__ void init_barriers(Storage& ss) {
     cutlass::arch::ClusterBarrier::init(&ss.ds_ready[i], 256);
     cutlass::arch::ClusterBarrier::init(&ss.ds_free[i], 256);
   }
+  if constexpr (Config::kStageConsumedBarriers)  // d = 256: its dQ staging in consumed stages
+    for (int i = 0; i < Config::kStages; ++i) cutlass::arch::ClusterBarrier::init(&ss.stage_consumed[i], 256);
   cutlass::arch::fence_barrier_init();
 }
 
@@ -169,6 +182,24 @@ __device__ __forceinline__ bool run_producer(const typename Config::Params& para
   }
   cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
   return false;
+}
+
+// A CTA of either arrangement: its view of the problem (CtaSequence; p, the problem as the CTA sees
+// it, of which only the lengths and the first query row live through the walk), the exit of a
+// block past its sequence's keys, the Q blocks it visits, the barriers and the producer warpgroup;
+// then consumers(ss, p, at, blocks, kv_block, k0, hk, b) on the two consumer warpgroups.
+template <class Config, typename T, bool kVarlen, class Consumers>
+__device__ __forceinline__ void run_backward_cta(const typename Config::Params& params, bool reversed,
+                                                 Consumers consumers) {
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, D = Config::kHeadDim;
+  auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
+  const BwdProblem& bp = params.problem;
+  const CtaSequence<kVarlen> cta(bp.fwd, reversed, kBlockN);
+  const FwdProblem& p = kVarlen ? cta.sequence : bp.fwd;
+  if (past_the_keys<T, D, kBlockN, kVarlen>(bp, p, cta.b, cta.hk, cta.k0)) return;
+  const BackwardQBlocks<kBlockM> blocks(p, cta.hk, cta.k0, kBlockN);
+  if (run_producer<Config, kVarlen>(params, ss, p, cta.at, blocks, cta.kv_block, cta.hk, cta.b)) return;
+  consumers(ss, p, cta.at, blocks, cta.kv_block, cta.k0, cta.hk, cta.b);
 }
 
 // The keys of a KV block (block-relative) that `query` sees: [begin, limit) by the Mask; a block

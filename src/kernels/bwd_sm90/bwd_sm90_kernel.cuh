@@ -91,6 +91,7 @@ struct BwdConfig {
   // A warpgroup's part of dQ: its slabs, and the rows of each (the reductions' box).
   static constexpr int kSlabsPerWarpgroup = (kDqSplitsRows ? D : D / 2) / kDqSlabCols;
   static constexpr int kDqRows = kDqSplitsRows ? kBlockM / 2 : kBlockM;
+  static constexpr bool kStageConsumedBarriers = false;  // (the d = 256 arrangement's)
 
   struct SharedStorage {
     alignas(1024) E k[kBlockN * D];
@@ -107,12 +108,7 @@ struct BwdConfig {
   };
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
 
-  struct Params {
-    BwdProblem problem;
-    sm90::TileTma<E, kBlockM, D> tma_q, tma_do;
-    sm90::TileTma<E, kBlockN, D> tma_k, tma_v;
-    CUtensorMap dq_map;  // the dQ workspace as (D, dq_plane_rows, dq_planes), (32, kDqRows) boxes
-  };
+  using Params = BwdParams<E, kBlockM, kBlockN, D>;
 };
 
 template <class Mask>
@@ -147,32 +143,19 @@ __device__ __forceinline__ void store_fragment_rows(G* dst, int64_t row_stride, 
   }
 }
 
-// Mask and Score: the forward's policies (sm90/common/mask.cuh), AttentionMask or LocalMask and
-// PlainScore or SoftcapScore. kVarlen: a variable-length batch (FwdProblem::varlen()), a kernel of
-// its own so that the dense one keeps its code (as k6's).
-template <typename T, int D, bool kDeterministic, bool kVarlen, class Mask, class Score>
-__global__ void __launch_bounds__(kThreads, 1)
-    bwd_sm90_kernel(const __grid_constant__ typename ConfigFor<T, D, kDeterministic, Mask>::Params params) {
-  using Config = ConfigFor<T, D, kDeterministic, Mask>;
+// The consumer warpgroups of one CTA (run_backward_cta gives them its view of the problem).
+template <typename T, int D, bool kDeterministic, bool kVarlen, class Mask, class Score, class Config>
+__device__ __forceinline__ void keys_as_m_consumers(const typename Config::Params& params,
+                                                    typename Config::SharedStorage& ss, const FwdProblem& p,
+                                                    const SequenceOffsets& at,
+                                                    const BackwardQBlocks<Config::kBlockM>& blocks, int kv_block,
+                                                    int k0, int hk, int b) {
   using E = typename Config::E;
   using Pipeline = typename Config::Pipeline;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
   using namespace cute;
-  auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const BwdProblem& bp = params.problem;
-  // p: the problem as the CTA sees it (CtaSequence); only the lengths and the first query row
-  // live through the walk.
-  const CtaSequence<kVarlen> cta(bp.fwd, kDeterministic, kBlockN);
-  const int kv_block = cta.kv_block, k0 = cta.k0, hk = cta.hk, b = cta.b;
-  const FwdProblem& p = kVarlen ? cta.sequence : bp.fwd;
-  const SequenceOffsets& at = cta.at;
-  if (past_the_keys<T, D, kBlockN, kVarlen>(bp, p, b, hk, k0)) return;
-  const BackwardQBlocks<kBlockM> blocks(p, hk, k0, kBlockN);
   using QBlock = typename BackwardQBlocks<kBlockM>::Block;
-
-  if (run_producer<Config, kVarlen>(params, ss, p, at, blocks, kv_block, hk, b)) return;
-
-  // Consumers.
   using NamedBarrier = cutlass::arch::NamedBarrier;
   const int mma_thread = threadIdx.x - 128;  // 0 .. 255
   const int warpgroup = mma_thread / 128;
@@ -363,6 +346,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     store_fragment_rows<G>(dk_out, bp.dk_row_stride, sm90::as_rowcol(tdK), kv_coord_rc, used, p.softmax_scale);
     store_fragment_rows<G>(dv_out, bp.dv_row_stride, sm90::as_rowcol(tdV), kv_coord_rc, used, 1.f);
     zero_unused_tail<D, kVarlen, kBlockN>(bp, dk_out, dv_out, k_rows, k0, used, mma_thread);
+  });
+}
+
+// Mask and Score: the forward's policies (sm90/common/mask.cuh), AttentionMask or LocalMask and
+// PlainScore or SoftcapScore. kVarlen: a variable-length batch (FwdProblem::varlen()), a kernel of
+// its own so that the dense one keeps its code (as k6's).
+template <typename T, int D, bool kDeterministic, bool kVarlen, class Mask, class Score>
+__global__ void __launch_bounds__(kThreads, 1)
+    bwd_sm90_kernel(const __grid_constant__ typename ConfigFor<T, D, kDeterministic, Mask>::Params params) {
+  using Config = ConfigFor<T, D, kDeterministic, Mask>;
+  run_backward_cta<Config, T, kVarlen>(params, kDeterministic, [&](auto&... cta) {
+    keys_as_m_consumers<T, D, kDeterministic, kVarlen, Mask, Score, Config>(params, cta...);
   });
 }
 

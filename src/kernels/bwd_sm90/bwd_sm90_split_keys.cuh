@@ -58,6 +58,7 @@ struct SplitKeysConfig {
   static constexpr int kDqCols = D / 2, kDqSliceCols = 64, kDqSlices = kDqCols / kDqSliceCols;
   static constexpr int kDqSlabCols = DqStage<kBlockM>::kSlabCols;
   static constexpr int kDqRows = kBlockM;  // the rows of a dQ reduction's box
+  static constexpr bool kStageConsumedBarriers = true;  // stage_consumed[] (init_barriers)
   static_assert(kBlockM * kDqCols * sizeof(float) == kBlockM * D * sizeof(E),
                 "a warpgroup's dQ half is staged in one Q or dO tile of the ring");
   static_assert(kBlockN == 64 && kBlockM == 64, "the GEMM shapes below assume 64 x 64 blocks");
@@ -101,12 +102,7 @@ struct SplitKeysConfig {
   };
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
 
-  struct Params {
-    BwdProblem problem;
-    sm90::TileTma<E, kBlockM, D> tma_q, tma_do;
-    sm90::TileTma<E, kBlockN, D> tma_k, tma_v;
-    CUtensorMap dq_map;  // the dQ workspace as (D, dq_plane_rows, dq_planes), (32, kBlockM) boxes
-  };
+  using Params = BwdParams<E, kBlockM, kBlockN, D>;
 };
 
 // Two packed 2-byte values to shared memory (a generic pointer into it, 4-byte aligned).
@@ -116,34 +112,23 @@ __device__ __forceinline__ void store_shared_pair(E* dst, uint32_t pair) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pair) : "memory");
 }
 
+// The consumer warpgroups of one CTA (run_backward_cta gives them its view of the problem).
 // kDeterministic: each slab's reduction waits for its turn (DqTurns, descending KV-block order)
 // and passes it on once it has completed, as in bwd_sm90_kernel.cuh.
 template <typename T, bool kDeterministic, bool kVarlen, class Mask, class Score>
-__global__ void __launch_bounds__(kThreads, 1)
-    bwd_sm90_split_keys_kernel(const __grid_constant__ typename SplitKeysConfig<T>::Params params) {
+__device__ __forceinline__ void split_keys_consumers(const typename SplitKeysConfig<T>::Params& params,
+                                                     typename SplitKeysConfig<T>::SharedStorage& ss,
+                                                     const FwdProblem& p, const SequenceOffsets& at,
+                                                     const BackwardQBlocks<SplitKeysConfig<T>::kBlockM>& blocks,
+                                                     int kv_block, int k0, int hk, int b) {
   using Config = SplitKeysConfig<T>;
   using E = typename Config::E;
   using Pipeline = typename Config::Pipeline;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, D = Config::kHeadDim;
   constexpr int kHalf = kBlockM * Config::kKeysPerWarpgroup;  // elements of a warpgroup's P / dS half
   using namespace cute;
-  auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const BwdProblem& bp = params.problem;
-  // p: the problem as the CTA sees it (CtaSequence); only the lengths and the first query row
-  // live through the walk.
-  const CtaSequence<kVarlen> cta(bp.fwd, kDeterministic, kBlockN);
-  const int kv_block = cta.kv_block, k0 = cta.k0, hk = cta.hk, b = cta.b;
-  const FwdProblem& p = kVarlen ? cta.sequence : bp.fwd;
-  const SequenceOffsets& at = cta.at;
-  if (past_the_keys<T, D, kBlockN, kVarlen>(bp, p, b, hk, k0)) return;
-  const BackwardQBlocks<kBlockM> blocks(p, hk, k0, kBlockN);
   using QBlock = typename BackwardQBlocks<kBlockM>::Block;
-
-  if (threadIdx.x == 0)  // (run_producer's init fences and publishes these with its own)
-    for (int i = 0; i < Config::kStages; ++i) cutlass::arch::ClusterBarrier::init(&ss.stage_consumed[i], 256);
-  if (run_producer<Config, kVarlen>(params, ss, p, at, blocks, kv_block, hk, b)) return;
-
-  // Consumers.
   const int mma_thread = threadIdx.x - 128;  // 0 .. 255
   const int warpgroup = mma_thread / 128, wg_thread = mma_thread % 128;
   typename Config::MmaSdP mma_sdp;
@@ -365,6 +350,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     zero_unused_tail<D, kVarlen, kBlockN>(bp, dk_out, dv_out, k_rows, k0, used, mma_thread);
+  });
+}
+
+template <typename T, bool kDeterministic, bool kVarlen, class Mask, class Score>
+__global__ void __launch_bounds__(kThreads, 1)
+    bwd_sm90_split_keys_kernel(const __grid_constant__ typename SplitKeysConfig<T>::Params params) {
+  run_backward_cta<SplitKeysConfig<T>, T, kVarlen>(params, kDeterministic, [&](auto&... cta) {
+    split_keys_consumers<T, kDeterministic, kVarlen, Mask, Score>(params, cta...);
   });
 }
 
