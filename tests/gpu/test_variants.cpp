@@ -123,6 +123,37 @@ TEST(ForwardVariantsLongCausal, SoftcapMatchesReference) {
   if (ran == 0) GTEST_SKIP() << "no kernel of this build takes softcap";
 }
 
+// Sliding windows on long rows, where k6 takes its tiles in the dynamic order (k6_launch.h:
+// dynamic_tile_order) with the window's KV range per tile: every kernel that takes a window, every
+// compiled head dim, a causal window, one reaching both ways, one only ahead (its last Q tiles
+// see fewer keys), seqlen_q != seqlen_k both ways, GQA 3:1.
+TEST(ForwardVariantsLongWindow, MatchesReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  int ran = 0;
+  for (const KernelInfo& k : list_kernels()) {
+    if (!k.window) continue;
+    for (int d : compiled_head_dims()) {
+      const int seqlen_q = k6::dynamic_order_min_seqlen_q_window(d) + 77;
+      FwdProblem shape;
+      shape.head_dim = d, shape.seqlen_q = seqlen_q, shape.local = true;
+      ASSERT_TRUE(k6::dynamic_tile_order(shape)) << "window problems no longer reach k6's dynamic order";
+      const std::pair<int, int> windows[] = {{700, 0}, {1000, 300}, {0, 900}};
+      for (int seqlen_k : {seqlen_q + 300, seqlen_q / 2})
+        for (const auto& [left, right] : windows) {
+          check::Config c = matrix_config({k.name, d, /*causal=*/false, DType::kBF16}, ShapeCase{2, seqlen_q, seqlen_k, 6, 2});
+          c.window_left = left, c.window_right = right;
+          check::CheckResult r;
+          const Status st = check::run_check(c, 91 + d + left + seqlen_k % 5, /*max_rows=*/384, &r);
+          if (st.code == StatusCode::kUnsupported) continue;  // e.g. a kernel without this head dim
+          ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
+          EXPECT_TRUE(r.pass) << c.describe() << ": " << r.message;
+          ++ran;
+        }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no kernel of this build takes a window";
+}
+
 // The checker has teeth for each variant: a kernel that ignored it (the launch without it,
 // while the reference applies it) fails.
 TEST(ForwardVariantsChecker, CatchesAnIgnoredVariant) {

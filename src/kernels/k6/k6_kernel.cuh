@@ -16,8 +16,9 @@
 //     tiles in snake order, long causal problems longest tile first, and the producer keeps
 //     streaming the next tile's Q and K/V while the consumers finish the current one (the K/V
 //     ring runs across tiles; Q is a one-stage ring released after a tile's last Q K^T). Causal
-//     problems from 2k queries (4k at d = 256; k6_launch.h: dynamic_tile_order) take the same
-//     order's tiles dynamically instead, in head groups sized to L2 (kDynamic).
+//     and sliding-window problems from 2k queries (4k at d = 256; k6_launch.h:
+//     dynamic_tile_order) take the same order's tiles dynamically instead, in head groups sized
+//     to L2 (kDynamic).
 //  5. O leaves through shared memory and a TMA store (sm90/common/staged_output.cuh), so a
 //     warpgroup starts its next tile while the store runs: +12% at s = 512 for d = 128, +21% for
 //     d = 256 over storing the fragments from registers (docs/WORKLOG.md, K6 seventh pass). At
@@ -442,8 +443,7 @@ cudaError_t launch_config(const FwdProblem& p, cudaStream_t stream) {
       return sm90::launch_persistent<Config>(kernel, threads(Config::kConsumerWarpgroups), sizeof(T),
                                              kL2GroupBytes, p, stream, plan);
     });
-  } else if constexpr (V == Variant::kFull && std::is_same_v<Mask, sm90::AttentionMask>) {
-    // (else: not instantiated in the varlen TUs)
+  } else if constexpr (V == Variant::kFull) {  // (the ablation variants keep the static rounds)
     if (dynamic_tile_order(p)) {
       auto* dynamic = k6_forward_kernel<T, Config, V, false, Mask, Score, true>;
       return sm90::with_tile_counter(stream, [&](int* counter) {

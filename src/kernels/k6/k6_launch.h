@@ -61,12 +61,21 @@ constexpr bool intra_warpgroup_overlap(int head_dim, int consumer_warpgroups) {
 // rounds, 16k tokens, 16 heads; WORKLOG, "Dense causal in the dynamic order"): d = 64 -2% at 1k,
 // +4.5 / +6 / +1.4 / +1.2% at 2k / 4k / 8k / 16k; d = 128 -2% at 1k, +0.8 / +1.5 / +3.7 / +4.5%;
 // d = 256 -1% at 1k, -4% at 2k, +1.8 / +4.6 / +5.2% from 4k -- all before the loop's exit was
-// made warp-uniform (sm90::is_end_of_tiles), which added 1-3% at d = 64 and 256. With softcap
-// (window problems keep the static rounds): first 2-4% slower, then, with the uniform exit,
-// +0.2-1.6% at d = 128 and +1.4-3.2% at d = 256 from 4k.
+// made warp-uniform (sm90::is_end_of_tiles), which added 1-3% at d = 64 and 256. With softcap:
+// first 2-4% slower, then, with the uniform exit, +0.2-1.6% at d = 128 and +1.4-3.2% at d = 256
+// from 4k.
 constexpr int dynamic_order_min_seqlen_q(int head_dim) { return head_dim <= 128 ? 2048 : 4096; }
+// Sliding windows too, whose first Q tiles see fewer keys as causal ones do: in the static rounds
+// a window of 4096 at 16k kept the SMs busy 82% of the kernel's time (ncu, d = 128). Measured on the
+// H100 against the static rounds (same call, two rounds; WORKLOG, "Sliding windows in the dynamic
+// order"): window 4096 at 16k +12 / +14 / +10% at d = 64 / 128 / 256 (softcap too); at d = 64 also
+// +11% at 4k (window 1024) and +18% at 2k (window 1024 both ways), where d = 128 and 256 measured
+// -0.3 to -3% and 0 to -1.5%. So from 2k at d = 64 and from 8k above (8k: between those points).
+constexpr int dynamic_order_min_seqlen_q_window(int head_dim) { return head_dim == 64 ? 2048 : 8192; }
 inline bool dynamic_tile_order(const FwdProblem& p) {
-  return p.causal && !p.varlen() && p.seqlen_q >= dynamic_order_min_seqlen_q(p.head_dim);
+  if (p.varlen()) return false;
+  if (p.local) return p.seqlen_q >= dynamic_order_min_seqlen_q_window(p.head_dim);
+  return p.causal && p.seqlen_q >= dynamic_order_min_seqlen_q(p.head_dim);
 }
 // Shared memory of the largest tile k6 runs at this head dim.
 constexpr size_t smem_bytes(int head_dim) {
