@@ -132,6 +132,11 @@ struct BwdProblem {
   // (batch, query head, Q block, dq slab) in the workspace (zeroed by the launch).
   bool deterministic = false;
   int* dq_turns = nullptr;
+
+  // bwd_sm90's CTA order (set by its launch): the grid is (KV heads, KV blocks, batch) instead of
+  // (KV blocks, KV heads, batch), so that a batch entry's KV heads take their KV block 0 first,
+  // then block 1, ... (under the causal mask the first blocks are the longest).
+  bool kv_blocks_across_heads = false;
 };
 
 // What a kernel needs to know about the GPU it would run on. Filled from the current device by

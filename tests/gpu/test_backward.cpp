@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "check/check.h"
+#include "kernels/bwd_sm90/bwd_sm90_launch.h"
 #include "gpu_test_util.h"
 
 namespace hfa::testing {
@@ -113,6 +114,24 @@ TEST_P(BackwardPerKernel, EmptySequencesGiveZeroGradients) {
   HFA_SKIP_WITHOUT_GPU();
   expect_backward_pass(small(0, 70, 4, 2), 25);
   expect_backward_pass(small(70, 0, 4, 2), 26);
+}
+
+// Causal problems of 1k-8k keys: bwd_sm90 launches its grid as (KV heads, KV blocks, batch)
+// (bwd_sm90_launch.h: kv_blocks_across_heads), every KV head's first block first. Several batch
+// entries and KV heads, GQA 3:1 and MHA, seqlen_q != seqlen_k both ways, every head dim.
+TEST_P(BackwardPerKernel, CausalBlocksAcrossHeads) {
+  HFA_SKIP_WITHOUT_GPU();
+  const std::vector<int> dims = supported_head_dims(GetParam());
+  if (dims.empty()) GTEST_SKIP() << GetParam() << " takes no compiled head dim here";
+  const ShapeCase shapes[] = {{3, 1100, 1300, 6, 2}, {2, 2000, 1500, 4, 4}};
+  for (int d : dims)
+    for (const ShapeCase& s : shapes) {
+      check::Config c = backward_config({GetParam(), d, /*causal=*/true, DType::kBF16}, s);
+      BwdProblem bp;
+      bp.fwd.causal = true, bp.fwd.seqlen_q = s.seqlen_q, bp.fwd.seqlen_k = s.seqlen_k;
+      ASSERT_TRUE(bwd_sm90::kv_blocks_across_heads(bp)) << c.describe() << " no longer takes that order";
+      expect_backward_pass(c, 40 + d + s.seqlen_k % 7);
+    }
 }
 
 // dk and dv are sums kept on chip in a fixed order: identical from run to run. dq is summed with

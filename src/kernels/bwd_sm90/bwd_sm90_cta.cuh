@@ -48,7 +48,11 @@ struct BwdParams {
 // The CTA's work: KV block kv_block (keys k0 ...) of KV head hk of batch entry or sequence b
 // (blockIdx.y, .z); with `reversed` (the deterministic mode) KV block j runs on CTA
 // gridDim.x - 1 - j, so that the block whose turn comes first (the last one) has the lower index
-// and is launched no later (turns.cuh). With kVarlen, sequence b's lengths (sequence_span) in
+// and is launched no later (turns.cuh). With across_heads (BwdProblem::kv_blocks_across_heads)
+// the grid is (KV heads, KV blocks, batch): the CTAs are launched a batch entry's KV block 0 of
+// every KV head first, then block 1, ... The coordinates stay block indices (uniform registers
+// read from the grid), which a remapped linear index was not: computed in ordinary registers, it
+// cost d = 256's kernel 2-7% (H100; WORKLOG, "bwd_sm90", session 32). With kVarlen, sequence b's lengths (sequence_span) in
 // `sequence`, whose first packed rows `at` the TMA coordinates and the stores add, while the
 // descriptors span the packed tensors; problem(): the problem as the CTA sees it.
 template <bool kVarlen>
@@ -56,9 +60,9 @@ struct CtaSequence {
   int kv_block, k0, hk, b;
   FwdProblem sequence;
   SequenceOffsets at;
-  __device__ CtaSequence(const FwdProblem& whole, bool reversed, int block_n)
-      : kv_block(reversed ? gridDim.x - 1 - blockIdx.x : blockIdx.x), k0(kv_block * block_n),
-        hk(blockIdx.y), b(blockIdx.z) {
+  __device__ CtaSequence(const FwdProblem& whole, bool reversed, bool across_heads, int block_n)
+      : kv_block(across_heads ? blockIdx.y : reversed ? gridDim.x - 1 - blockIdx.x : blockIdx.x),
+        k0(kv_block * block_n), hk(across_heads ? blockIdx.x : blockIdx.y), b(blockIdx.z) {
     if constexpr (kVarlen) {
       const SequenceSpan span = sequence_span(whole, b);
       sequence = whole;
@@ -194,7 +198,7 @@ __device__ __forceinline__ void run_backward_cta(const typename Config::Params& 
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, D = Config::kHeadDim;
   auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const BwdProblem& bp = params.problem;
-  const CtaSequence<kVarlen> cta(bp.fwd, reversed, kBlockN);
+  const CtaSequence<kVarlen> cta(bp.fwd, reversed, bp.kv_blocks_across_heads, kBlockN);
   const FwdProblem& p = kVarlen ? cta.sequence : bp.fwd;
   if (past_the_keys<T, D, kBlockN, kVarlen>(bp, p, cta.b, cta.hk, cta.k0)) return;
   const BackwardQBlocks<kBlockM> blocks(p, cta.hk, cta.k0, kBlockN);

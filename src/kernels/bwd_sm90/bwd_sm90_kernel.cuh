@@ -189,7 +189,7 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
   const Mask mask(p);
   const Score score(p);
   DqSlabTurns<kDeterministic, Config::kSlabsPerWarpgroup, kBlockM, kBlockN> turns(
-      p, kv_block, kVarlen ? (p.seqlen_k + kBlockN - 1) / kBlockN : gridDim.x);
+      p, kv_block, (p.seqlen_k + kBlockN - 1) / kBlockN);
   // dQ of Q block i (iteration i), one block late: both warpgroups' halves of dS^T are in buffer
   // i % 2 (ds_ready); dQ_i = dS K_j; the buffer is free once both have done so (ds_free); dQ_i is
   // staged (after the previous block's reduction has read the staging) and added to the
@@ -383,7 +383,10 @@ cudaError_t launch_main(const BwdProblem& bp, cudaStream_t stream) {
       : sm90::make_tile_tma<E, Config::kBlockM, D>(bp.dout, rows_q, p.heads_q, tma_batch, bp.do_row_stride, bp.do_head_stride, bp.do_batch_stride);
   params.tma_k = sm90::make_tile_tma<E, Config::kBlockN, D>(p.k, rows_k, p.heads_kv, tma_batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
   params.tma_v = sm90::make_tile_tma<E, Config::kBlockN, D>(p.v, rows_k, p.heads_kv, tma_batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
-  const dim3 grid((p.seqlen_k + Config::kBlockN - 1) / Config::kBlockN, p.heads_kv, p.batch);
+  const int kv_blocks = (p.seqlen_k + Config::kBlockN - 1) / Config::kBlockN;
+  params.problem.kv_blocks_across_heads = kv_blocks_across_heads(bp);
+  const dim3 grid = params.problem.kv_blocks_across_heads ? dim3(p.heads_kv, kv_blocks, p.batch)
+                                                          : dim3(kv_blocks, p.heads_kv, p.batch);
   if (!no_queries) {
     if (cudaError_t err = sm90::encode_f32_tensor_map(&params.dq_map, bp.dq_accum, D, dq_plane_rows(bp),
                                                       static_cast<uint64_t>(dq_planes(bp)),

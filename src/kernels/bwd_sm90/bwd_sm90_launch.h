@@ -54,6 +54,24 @@ constexpr size_t smem_bytes(int head_dim) {
 static_assert(smem_bytes(64) <= 232448 && smem_bytes(128) <= 232448 && smem_bytes(256) <= 232448,
               "a bwd_sm90 shape exceeds 227 KB of shared memory");
 
+// The CTA order (BwdProblem::kv_blocks_across_heads; bwd_sm90_cta.cuh, CtaSequence). Under the
+// causal mask KV block j visits the Q blocks from its diagonal on, so a KV head's first blocks are
+// its longest; in the grid's own order, head by head, the last head's long blocks start last and
+// run alone at the end: ncu measured the SMs active 94.3% of the kernel's cycles at d = 256,
+// causal, s = 4k (a list-scheduling simulation of the sweep's causal shapes: 3-7% longer than the
+// work spread evenly from 512 to 8k keys, balanced at 16k). Launched a batch entry's KV block 0 of
+// every head first, then block 1, ..., the long blocks spread over the whole run (simulated:
+// within 0.2-2% of even). Measured on the H100 against the grid's order (two rounds, the sweep's
+// causal shapes; WORKLOG, "bwd_sm90", session 32): +2.8-4.3% at 4k and 8k keys (d = 64 / 128),
+// +3.5% at d = 256 4k, -0.4 to +1.7% at 1k-2k; at 16k -1.6% (d = 64) and -5.7% (d = 256), at 512
+// -1.1% (d = 64): hence 1k to 8k keys only. Not with a window (its blocks are nearly equal), nor
+// variable-length batches or the deterministic mode (whose turn order is the grid's).
+inline bool kv_blocks_across_heads(const BwdProblem& bp) {
+  const FwdProblem& p = bp.fwd;
+  return p.causal && !p.local && !p.varlen() && !bp.deterministic && p.seqlen_k >= 1024 &&
+         p.seqlen_k <= 8192;
+}
+
 template <typename T, int D>
 cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream);  // bwd_sm90_hdim<D>.cu
 

@@ -174,7 +174,7 @@ __device__ __forceinline__ void split_keys_consumers(const typename SplitKeysCon
         DqStage<kBlockM>::row_base(dq_row0, dq_col0 % 8) + DqStage<kBlockM>::byte_offset(0, dq_col0 - dq_col0 % 8), g * 8);
   constexpr int kSlabs = Config::kDqCols / Config::kDqSlabCols;  // per warpgroup
   DqSlabTurns<kDeterministic, kSlabs, kBlockM, kBlockN> turns(
-      p, kv_block, kVarlen ? (p.seqlen_k + kBlockN - 1) / kBlockN : gridDim.x);
+      p, kv_block, (p.seqlen_k + kBlockN - 1) / kBlockN);
   auto dq_block = [&](QBlock qb, int i, const typename Pipeline::State& st_i) {
     const int buf = i % 2;
     cutlass::arch::ClusterBarrier::wait(&ss.ds_ready[buf], (i / 2) % 2);
