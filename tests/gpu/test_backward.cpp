@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "check/check.h"
-#include "kernels/bwd_sm90/bwd_sm90_launch.h"
 #include "gpu_test_util.h"
+#include "kernels/bwd_sm90/bwd_sm90_launch.h"
 
 namespace hfa::testing {
 namespace {

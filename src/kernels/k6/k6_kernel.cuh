@@ -16,9 +16,9 @@
 //     tiles in snake order, long causal problems longest tile first, and the producer keeps
 //     streaming the next tile's Q and K/V while the consumers finish the current one (the K/V
 //     ring runs across tiles; Q is a one-stage ring released after a tile's last Q K^T). Causal
-//     and sliding-window problems from 2k queries (4k at d = 256; k6_launch.h:
-//     dynamic_tile_order) take the same order's tiles dynamically instead, in head groups sized
-//     to L2 (kDynamic).
+//     problems from 2k queries (4k at d = 256) and sliding-window ones from 2k (d = 64) or 8k
+//     queries (k6_launch.h: dynamic_tile_order) take the same order's tiles dynamically instead,
+//     in head groups sized to L2 (kDynamic).
 //  5. O leaves through shared memory and a TMA store (sm90/common/staged_output.cuh), so a
 //     warpgroup starts its next tile while the store runs: +12% at s = 512 for d = 128, +21% for
 //     d = 256 over storing the fragments from registers (docs/WORKLOG.md, K6 seventh pass). At

@@ -68,7 +68,7 @@ constexpr int dynamic_order_min_seqlen_q(int head_dim) { return head_dim <= 128 
 // Sliding windows too, whose first Q tiles see fewer keys as causal ones do: in the static rounds
 // a window of 4096 at 16k kept the SMs busy 82% of the kernel's time (ncu, d = 128). Measured on the
 // H100 against the static rounds (same call, two rounds; WORKLOG, "Sliding windows in the dynamic
-// order"): window 4096 at 16k +12 / +14 / +10% at d = 64 / 128 / 256 (softcap too); at d = 64 also
+// order"): window 4096 at 16k +12 / +13 / +10% at d = 64 / 128 / 256 (softcap too); at d = 64 also
 // +11% at 4k (window 1024) and +18% at 2k (window 1024 both ways), where d = 128 and 256 measured
 // -0.3 to -3% and 0 to -1.5%. So from 2k at d = 64 and from 8k above (8k: between those points).
 constexpr int dynamic_order_min_seqlen_q_window(int head_dim) { return head_dim == 64 ? 2048 : 8192; }
