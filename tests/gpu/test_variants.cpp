@@ -98,6 +98,17 @@ TEST_P(ForwardVariants, MatchReference) {
 INSTANTIATE_TEST_SUITE_P(VariantKernels, ForwardVariants, ::testing::ValuesIn(params_for(list_kernels())),
                          variant_param_name);
 
+// One long-row variant case checked against the reference (up to max_rows rows); *ran counts the
+// cases that ran. A kernel that does not take the case (e.g. this head dim) is passed over.
+void expect_long_row_pass(const check::Config& c, uint64_t seed, int max_rows, int* ran) {
+  check::CheckResult r;
+  const Status st = check::run_check(c, seed, max_rows, &r);
+  if (st.code == StatusCode::kUnsupported) return;
+  ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
+  EXPECT_TRUE(r.pass) << c.describe() << ": " << r.message;
+  ++*ran;
+}
+
 // Softcap on long causal rows, where k6 takes its tiles in the dynamic order (k6_launch.h:
 // dynamic_tile_order): every kernel with softcap, every compiled head dim, seqlen_q != seqlen_k
 // both ways, GQA 3:1, Gemma 2's cap.
@@ -111,12 +122,7 @@ TEST(ForwardVariantsLongCausal, SoftcapMatchesReference) {
       for (int seqlen_k : {seqlen_q + 300, seqlen_q / 2}) {
         check::Config c = matrix_config({k.name, d, /*causal=*/true, DType::kBF16}, ShapeCase{2, seqlen_q, seqlen_k, 6, 2});
         c.softcap = 50.f;
-        check::CheckResult r;
-        const Status st = check::run_check(c, 77 + d + ran, /*max_rows=*/512, &r);
-        if (st.code == StatusCode::kUnsupported) continue;  // e.g. a kernel without this head dim
-        ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
-        EXPECT_TRUE(r.pass) << c.describe() << ": " << r.message;
-        ++ran;
+        ASSERT_NO_FATAL_FAILURE(expect_long_row_pass(c, 77 + d + ran, /*max_rows=*/512, &ran));
       }
     }
   }
@@ -142,12 +148,7 @@ TEST(ForwardVariantsLongWindow, MatchesReference) {
         for (const auto& [left, right] : windows) {
           check::Config c = matrix_config({k.name, d, /*causal=*/false, DType::kBF16}, ShapeCase{2, seqlen_q, seqlen_k, 6, 2});
           c.window_left = left, c.window_right = right;
-          check::CheckResult r;
-          const Status st = check::run_check(c, 91 + d + left + seqlen_k % 5, /*max_rows=*/384, &r);
-          if (st.code == StatusCode::kUnsupported) continue;  // e.g. a kernel without this head dim
-          ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
-          EXPECT_TRUE(r.pass) << c.describe() << ": " << r.message;
-          ++ran;
+          ASSERT_NO_FATAL_FAILURE(expect_long_row_pass(c, 91 + d + left + seqlen_k % 5, /*max_rows=*/384, &ran));
         }
     }
   }
