@@ -23,6 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -216,7 +217,8 @@ struct QuantizeFp8Args {
 
 // Runs the quantization on `stream` (asynchronous). Validated like forward(): an error names the
 // argument and the rule, and nothing is launched or written. Takes a stream-ordered fp32
-// workspace (cudaMallocAsync) of a few bytes per row block and per (batch, KV head, channel).
+// workspace (from hfa's pool: "Workspace memory" below) of a few bytes per row block and per
+// (batch, KV head, channel).
 // head_dim 64, 128 or 256 (a power of two, for the Walsh-Hadamard transform).
 Status quantize_fp8(const QuantizeFp8Args& args, cudaStream_t stream = nullptr);
 
@@ -300,7 +302,7 @@ Status plan_decode(const DecodeArgs& args, DecodePlan* plan);
 Status decode(const DecodeArgs& args, const DecodePlan& plan, void* workspace,
               size_t workspace_bytes, cudaStream_t stream = nullptr);
 
-// Plans and runs in one call, with a stream-ordered workspace (cudaMallocAsync, freed on the
+// Plans and runs in one call, with a stream-ordered workspace (hfa's pool, below; freed on the
 // stream). Convenient, but it allocates: use the planned form inside graphs and hot loops.
 Status decode(const DecodeArgs& args, cudaStream_t stream = nullptr);
 
@@ -388,8 +390,8 @@ struct BackwardArgs {
 
 // Runs attention backward on `stream` (asynchronous). The kernel takes a stream-ordered fp32
 // workspace of batch * heads_q * (seqlen_q * head_dim + 2 * seqlen_q rounded up to a multiple of
-// 128) * 4 bytes, the same for every backward kernel (cudaMallocAsync, freed on the stream;
-// deterministic adds its turns, above);
+// 128) * 4 bytes, the same for every backward kernel, from hfa's pool ("Workspace memory" below)
+// and freed on the stream (deterministic adds its turns, above);
 // kOutOfMemory if it does not fit. Rows that saw no key (lse = -inf) get no gradient.
 // batch == 0 launches nothing; seqlen_q == 0 gives dk = dv = 0, seqlen_k == 0 gives dq = 0.
 Status backward(const BackwardArgs& args, cudaStream_t stream = nullptr);
@@ -422,5 +424,19 @@ Status select_kernel(const ForwardArgs& args, std::string* kernel_name);
 // problem; on Hopper bwd_sm90, fa2 for the deterministic mode at head_dim 64 and 256) would run,
 // or why none can.
 Status select_backward_kernel(const BackwardArgs& args, std::string* kernel_name);
+
+// ---- Workspace memory ---------------------------------------------------------------------------
+
+// The kernels' stream-ordered workspaces (backward's fp32 dQ accumulator, above; forward's tile
+// counters and plans; quantize_fp8's and decode's scratch) come from a memory pool of hfa's own on
+// the current device, which keeps freed memory for the next call instead of returning it to the
+// driver at every synchronization (the default pool of cudaMallocAsync does, and a training loop
+// that synchronizes each step then paid for mapping the backward's workspace anew each time). The
+// pool holds at most what the calls in flight at once needed; it is not part of other allocators'
+// accounting (torch.cuda.memory_allocated, for instance).
+// Bytes the current device's pool holds (in use or kept), 0 before hfa's first workspace there.
+Status workspace_memory_reserved(size_t* bytes);
+// Returns the current device's kept workspace memory to the driver (what calls in flight use stays).
+Status release_workspace_memory();
 
 }  // namespace hfa

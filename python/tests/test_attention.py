@@ -259,6 +259,21 @@ def test_backward_kernels_listed_and_unknown_refused():
         out.float().sum().backward()
 
 
+def test_workspace_memory_kept_until_released():
+    # The backward's fp32 dQ accumulator comes from hfa's pool, kept across synchronizations.
+    q, k, v = (x.requires_grad_() for x in _qkv())
+    torch.cuda.synchronize()
+    hfa.release_workspace_memory()
+    assert hfa.workspace_memory_reserved() == 0
+    hfa.attention(q, k, v).float().sum().backward()
+    torch.cuda.synchronize()
+    assert hfa.workspace_memory_reserved() >= 4 * q.numel()  # the dQ accumulator, fp32
+    hfa.release_workspace_memory(q.device)
+    assert hfa.workspace_memory_reserved(q.device.index) == 0
+    with pytest.raises(ValueError, match="CUDA"):
+        hfa.workspace_memory_reserved("cpu")
+
+
 def test_backward_through_lse_is_an_error():
     q, k, v = (x.requires_grad_() for x in _qkv())
     out, lse = hfa.attention(q, k, v, return_lse=True)

@@ -10,6 +10,7 @@
 #include "api/tensor_rules.h"
 #include "api/validate.h"
 #include "common/status_util.h"
+#include "common/workspace_pool.h"
 #include "hfa_build_config.h"
 #include "kernels/decode/decode.h"
 #include "kernels/decode/decode_shape.h"
@@ -317,11 +318,11 @@ Status decode(const DecodeArgs& args, cudaStream_t stream) {
   HFA_RETURN_IF_ERROR(plan_decode(args, &plan));
   void* workspace = nullptr;
   if (plan.workspace_bytes > 0)
-    HFA_RETURN_IF_ERROR(cuda_status(cudaMallocAsync(&workspace, plan.workspace_bytes, stream),
+    HFA_RETURN_IF_ERROR(cuda_status(workspace_alloc(&workspace, plan.workspace_bytes, stream),
                                     "decode: allocating the split workspace"));
   const Status st = decode(args, plan, workspace, plan.workspace_bytes, stream);
   if (workspace) {
-    const Status freed = cuda_status(cudaFreeAsync(workspace, stream), "decode: freeing the workspace");
+    const Status freed = cuda_status(workspace_free(workspace, stream), "decode: freeing the workspace");
     if (st.ok()) return freed;
   }
   return st;

@@ -270,6 +270,35 @@ TEST(BackwardSelection, AutoAndNamedKernels) {
   }
 }
 
+// The backward's workspace comes from hfa's pool (common/workspace_pool.h), which keeps it across
+// a synchronization (the default pool's release threshold 0 would hand it back and the next call
+// would map it again) until release_workspace_memory(); a backward then runs from an empty pool.
+TEST(WorkspaceMemory, KeptAcrossSynchronizationUntilReleased) {
+  HFA_SKIP_WITHOUT_GPU();
+  const int d = compiled_head_dims()[0];
+  const ShapeCase shape{2, 300, 300, 4, 2};
+  check::DeviceBuffers buf;
+  ASSERT_TRUE(buf.allocate(backward_config({"auto", d, false, DType::kBF16}, shape)).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_TRUE(release_workspace_memory().ok());
+  size_t reserved = 1;
+  ASSERT_TRUE(workspace_memory_reserved(&reserved).ok());
+  EXPECT_EQ(reserved, 0u) << "memory kept after release_workspace_memory with nothing in flight";
+  check::BackwardCheckResult r;
+  ASSERT_TRUE(check::run_check_backward(buf, 31, 0, &r).ok());
+  EXPECT_TRUE(r.pass) << r.message;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_TRUE(workspace_memory_reserved(&reserved).ok());
+  // At least the dQ accumulator: batch * heads_q * seqlen_q * head_dim fp32.
+  const size_t accumulator = size_t{4} * shape.batch * shape.heads_q * shape.seqlen_q * d;
+  EXPECT_GE(reserved, accumulator) << "the workspace was not kept across the synchronization";
+  ASSERT_TRUE(release_workspace_memory().ok());
+  ASSERT_TRUE(workspace_memory_reserved(&reserved).ok());
+  EXPECT_EQ(reserved, 0u);
+  ASSERT_TRUE(check::run_check_backward(buf, 32, 0, &r).ok());
+  EXPECT_TRUE(r.pass) << r.message;
+}
+
 INSTANTIATE_TEST_SUITE_P(AllBackwardKernels, BackwardPerKernel,
                          ::testing::ValuesIn(backward_kernel_names()),
                          [](const auto& info) { return info.param; });

@@ -20,6 +20,7 @@ from . import _fake  # noqa: F401  (their fake implementations, for torch.compil
 
 __all__ = ["attention", "attention_varlen", "attention_with_kvcache", "plan_decode", "DecodePlan", "quantize_fp8",
            "Fp8Inputs", "merge_attention", "list_kernels", "list_backward_kernels", "select_kernel",
+           "workspace_memory_reserved", "release_workspace_memory",
            # FlashAttention-3's functions (flash_attn_interface.py, imported at the end)
            "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
            "flash_attn_with_kvcache"]
@@ -240,6 +241,30 @@ def list_kernels() -> List[dict]:
 def list_backward_kernels() -> List[dict]:
     """Every backward kernel (what backward_kernel= accepts): name, description, what it supports."""
     return json.loads(torch.ops.hfa.list_kernels(True))
+
+
+def _cuda_device_index(device) -> int:
+    if device is None:
+        return torch.cuda.current_device()
+    d = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    if d.type != "cuda":
+        raise ValueError(f"device: hfa's workspace pools are on CUDA devices, not {d}")
+    return torch.cuda.current_device() if d.index is None else d.index
+
+
+def workspace_memory_reserved(device=None) -> int:
+    """Bytes of device memory hfa's workspace pool holds on `device` (default: the current CUDA
+    device): the backward's fp32 dQ accumulator and the forward's small plans come from it, and it
+    keeps what they free for the next call instead of returning it to the driver at every
+    synchronization. Not counted by torch.cuda.memory_allocated / memory_reserved."""
+    return torch.ops.hfa.workspace_memory_reserved(_cuda_device_index(device))
+
+
+def release_workspace_memory(device=None) -> None:
+    """Returns the memory hfa's workspace pool keeps on `device` (default: the current CUDA device)
+    to the driver, as torch.cuda.empty_cache() does for torch's allocator; what calls still in
+    flight use stays."""
+    torch.ops.hfa.release_workspace_memory(_cuda_device_index(device))
 
 
 def select_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> str:

@@ -18,6 +18,7 @@
 
 #include "common/problem.h"
 #include "common/status_util.h"
+#include "common/workspace_pool.h"
 
 namespace hfa {
 
@@ -98,14 +99,14 @@ Status with_backward_workspace(const BwdProblem& problem, cudaStream_t stream, c
       bp.deterministic ? static_cast<size_t>(dq_turn_count(p.batch, p.heads_q, p.seqlen_q)) * sizeof(int) : 0;
   void* workspace = nullptr;
   if (rows > 0)
-    HFA_RETURN_IF_ERROR(cuda_status(cudaMallocAsync(&workspace, accum_bytes + stats_bytes + turn_bytes, stream),
+    HFA_RETURN_IF_ERROR(cuda_status(workspace_alloc(&workspace, accum_bytes + stats_bytes + turn_bytes, stream),
                                     (std::string(kernel) + " backward: allocating the fp32 dQ workspace").c_str()));
   bp.dq_accum = static_cast<float*>(workspace);
   bp.row_stats = bp.dq_accum + rows * p.head_dim;
   bp.dq_turns = turn_bytes ? reinterpret_cast<int*>(bp.row_stats + stats_bytes / sizeof(float)) : nullptr;
   cudaError_t err = turn_bytes ? cudaMemsetAsync(bp.dq_turns, 0, turn_bytes, stream) : cudaSuccess;
   if (err == cudaSuccess) err = launch(bp);
-  const cudaError_t free_err = workspace ? cudaFreeAsync(workspace, stream) : cudaSuccess;
+  const cudaError_t free_err = workspace ? workspace_free(workspace, stream) : cudaSuccess;
   if (err == cudaSuccess) err = free_err;
   return cuda_status(err, ("launching " + std::string(kernel) + " backward").c_str());
 }

@@ -18,6 +18,7 @@
 
 #include "common/hadamard.h"
 #include "common/status_util.h"
+#include "common/workspace_pool.h"
 #include "kernels/quantize_fp8/quantize_fp8.h"
 
 namespace hfa {
@@ -220,12 +221,11 @@ Status launch_quantize_fp8(const QuantizeProblem& p, cudaStream_t stream) {
                 std::max(1, (t->seqlen + kRowsPerBlock - 1) / kRowsPerBlock);
   float* workspace = nullptr;
   if (floats > 0)
-    HFA_RETURN_IF_ERROR(cuda_status(cudaMallocAsync(reinterpret_cast<void**>(&workspace),
-                                                    floats * sizeof(float), stream),
+    HFA_RETURN_IF_ERROR(cuda_status(workspace_alloc(&workspace, floats * sizeof(float), stream),
                                     "allocating quantize_fp8's workspace"));
   const cudaError_t err = p.dtype == DType::kFP16 ? run_for_head_dim<__half>(p, workspace, stream)
                                                    : run_for_head_dim<__nv_bfloat16>(p, workspace, stream);
-  const cudaError_t free_err = workspace ? cudaFreeAsync(workspace, stream) : cudaSuccess;
+  const cudaError_t free_err = workspace ? workspace_free(workspace, stream) : cudaSuccess;
   HFA_RETURN_IF_ERROR(cuda_status(err, "launching quantize_fp8"));
   return cuda_status(free_err, "freeing quantize_fp8's workspace");
 }

@@ -1,5 +1,6 @@
 // hfa's ops in PyTorch's dispatcher: the whole schema list in one place (the implementations are
-// registered by ops_attention.cpp and ops_fp8_decode.cpp), and the two host-only queries.
+// registered by ops_attention.cpp and ops_fp8_decode.cpp), the two host-only queries and the
+// workspace pool's two calls.
 //
 // libhfa_torch.so is the binding: the Python package loads it with torch.ops.load_library and calls
 // torch.ops.hfa.*; a C++ program on libtorch links it and calls the same ops through the
@@ -60,6 +61,19 @@ std::string list_kernels(bool backward) {
   return out + "]";
 }
 
+// hfa's workspace memory pool on CUDA device `device` (hfa.h, "Workspace memory"): the bytes it
+// holds, and giving back what it keeps.
+int64_t workspace_memory_reserved(int64_t device) {
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  size_t bytes = 0;
+  throw_if_error(hfa::workspace_memory_reserved(&bytes));
+  return static_cast<int64_t>(bytes);
+}
+void release_workspace_memory(int64_t device) {
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  throw_if_error(hfa::release_workspace_memory());
+}
+
 }  // namespace
 }  // namespace hfa_torch
 
@@ -105,4 +119,6 @@ TORCH_LIBRARY(hfa, m) {
   m.def("merge_attention(Tensor o_parts, Tensor lse_parts, ScalarType? out_dtype=None) -> (Tensor, Tensor)");
   m.def("select_kernel(Tensor q, Tensor k, Tensor v, bool causal) -> str", &hfa_torch::select_kernel);
   m.def("list_kernels(bool backward=False) -> str", &hfa_torch::list_kernels);
+  m.def("workspace_memory_reserved(int device) -> int", &hfa_torch::workspace_memory_reserved);
+  m.def("release_workspace_memory(int device) -> ()", &hfa_torch::release_workspace_memory);
 }

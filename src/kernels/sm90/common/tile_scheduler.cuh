@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "common/problem.h"
+#include "common/workspace_pool.h"
 
 namespace hfa::sm90 {
 
@@ -155,11 +156,11 @@ struct DynamicTileScheduler : PersistentTileScheduler {
 template <class Launch>
 cudaError_t with_tile_counter(cudaStream_t stream, const Launch& launch) {
   int* counter = nullptr;
-  cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&counter), sizeof(int), stream);
+  cudaError_t err = workspace_alloc(&counter, sizeof(int), stream);
   if (err != cudaSuccess) return err;
   err = cudaMemsetAsync(counter, 0, sizeof(int), stream);
   if (err == cudaSuccess) err = launch(counter);
-  const cudaError_t freed = cudaFreeAsync(counter, stream);
+  const cudaError_t freed = workspace_free(counter, stream);
   return err != cudaSuccess ? err : freed;
 }
 

@@ -26,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include "common/problem.h"
+#include "common/workspace_pool.h"
 #include "kernels/common/varlen.cuh"
 #include "kernels/sm90/common/mask.cuh"
 #include "kernels/sm90/common/tile_scheduler.cuh"
@@ -197,13 +198,12 @@ template <class Mask, class Launch>
 cudaError_t with_varlen_plan(const FwdProblem& p, int block_m, int block_n, cudaStream_t stream,
                              const Launch& launch) {
   int* plan = nullptr;
-  cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&plan),
-                                    varlen_plan_ints(p, block_m) * sizeof(int), stream);
+  cudaError_t err = workspace_alloc(&plan, varlen_plan_ints(p, block_m) * sizeof(int), stream);
   if (err != cudaSuccess) return err;
   plan_varlen_tiles<Mask><<<1, kVarlenPlanThreads, 0, stream>>>(p, block_m, block_n, plan);
   err = cudaGetLastError();
   if (err == cudaSuccess) err = launch(plan);
-  const cudaError_t freed = cudaFreeAsync(plan, stream);
+  const cudaError_t freed = workspace_free(plan, stream);
   return err != cudaSuccess ? err : freed;
 }
 
