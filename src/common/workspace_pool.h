@@ -1,6 +1,7 @@
 // Stream-ordered device memory for the kernels' workspaces (the backward's fp32 dQ accumulator,
-// k6's tile counter, the varlen tile plan, quantize_fp8's and decode's scratch, k1's S), from a
-// memory pool of hfa's own per device whose freed memory stays reserved for the next call.
+// k6's tile counter, the varlen tile plan, quantize_fp8's and decode's scratch), from a memory
+// pool of hfa's own per device whose freed memory stays reserved for the next call. (k1, the
+// naive kernel, keeps the default pool for its O(seqlen^2) S: a pool would hold gigabytes after it.)
 //
 // Why not cudaMallocAsync's default pool: its release threshold is 0, so every synchronization
 // (a training loop's loss.item()) hands the freed memory back to the driver and the next call maps

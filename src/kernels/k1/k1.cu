@@ -11,7 +11,6 @@
 #include <cmath>
 
 #include "common/status_util.h"
-#include "common/workspace_pool.h"
 #include "kernels/common/kernel_checks.h"
 #include "kernels/common/numeric.cuh"
 #include "registry.h"
@@ -100,7 +99,7 @@ Status k1_launch_typed(const FwdProblem& p, const DeviceInfo& device, cudaStream
                       "sequences", bytes / 1073741824.0, device.free_memory / 1073741824.0);
   float* S = nullptr;
   if (bytes > 0) {
-    cudaError_t err = workspace_alloc(&S, bytes, stream);
+    cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&S), bytes, stream);
     if (err != cudaSuccess) {
       cudaGetLastError();
       return make_error(StatusCode::kOutOfMemory,
@@ -115,7 +114,7 @@ Status k1_launch_typed(const FwdProblem& p, const DeviceInfo& device, cudaStream
   k1_softmax<<<dim3(ceil_div(p.seqlen_q, kSoftmaxThreads), bh), kSoftmaxThreads, 0, stream>>>(p, S);
   k1_output<T><<<dim3(ceil_div(p.head_dim, kTile), ceil_div(p.seqlen_q, kTile), bh), block, 0, stream>>>(p, S);
   Status launched = cuda_status(cudaGetLastError(), "launching k1");
-  if (S) HFA_RETURN_IF_ERROR(cuda_status(workspace_free(S, stream), "freeing k1's S buffer"));
+  if (S) HFA_RETURN_IF_ERROR(cuda_status(cudaFreeAsync(S, stream), "freeing k1's S buffer"));
   return launched;
 }
 
