@@ -39,6 +39,18 @@ cudaError_t pool_of(int device, bool create, cudaMemPool_t* pool) {
   return cudaSuccess;
 }
 
+// The current device's pool for the public calls (`what` names the call), null when hfa has made
+// none there; without a usable device, kNoDevice as forward() says it (and no sticky CUDA error).
+Status current_pool(const char* what, cudaMemPool_t* pool) {
+  *pool = nullptr;
+  int device = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
+    cudaGetLastError();
+    return make_error(StatusCode::kNoDevice, "%s: no usable CUDA device: %s", what, cudaGetErrorString(err));
+  }
+  return cuda_status(pool_of(device, /*create=*/false, pool), what);
+}
+
 }  // namespace
 
 cudaError_t workspace_alloc(void** ptr, size_t bytes, cudaStream_t stream) {
@@ -53,10 +65,8 @@ cudaError_t workspace_free(void* ptr, cudaStream_t stream) { return cudaFreeAsyn
 
 Status workspace_memory_reserved(size_t* bytes) {
   *bytes = 0;
-  int device = 0;
-  HFA_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "workspace_memory_reserved: the current device"));
   cudaMemPool_t pool = nullptr;
-  HFA_RETURN_IF_ERROR(cuda_status(pool_of(device, /*create=*/false, &pool), "workspace_memory_reserved"));
+  HFA_RETURN_IF_ERROR(current_pool("workspace_memory_reserved", &pool));
   if (pool == nullptr) return Status::Ok();
   uint64_t reserved = 0;
   HFA_RETURN_IF_ERROR(cuda_status(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved),
@@ -66,10 +76,8 @@ Status workspace_memory_reserved(size_t* bytes) {
 }
 
 Status release_workspace_memory() {
-  int device = 0;
-  HFA_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "release_workspace_memory: the current device"));
   cudaMemPool_t pool = nullptr;
-  HFA_RETURN_IF_ERROR(cuda_status(pool_of(device, /*create=*/false, &pool), "release_workspace_memory"));
+  HFA_RETURN_IF_ERROR(current_pool("release_workspace_memory", &pool));
   if (pool == nullptr) return Status::Ok();
   return cuda_status(cudaMemPoolTrimTo(pool, 0), "release_workspace_memory: trimming the pool");
 }

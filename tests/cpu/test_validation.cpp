@@ -239,6 +239,18 @@ TEST(Validation, NoDeviceIsAClearError) {
   expect_error(forward(valid_args()), StatusCode::kNoDevice, {"no usable CUDA device"});
 }
 
+// The workspace pool's calls (hfa.h, "Workspace memory") say so too, and report nothing held.
+TEST(WorkspaceMemory, NoDeviceIsAClearError) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) GTEST_SKIP() << "a GPU is present";
+  cudaGetLastError();
+  size_t bytes = 1;
+  expect_error(workspace_memory_reserved(&bytes), StatusCode::kNoDevice,
+               {"workspace_memory_reserved", "no usable CUDA device"});
+  EXPECT_EQ(bytes, 0u);
+  expect_error(release_workspace_memory(), StatusCode::kNoDevice, {"release_workspace_memory", "no usable CUDA device"});
+}
+
 TEST(Registry, ListsEveryKernelWithDescription) {
   const std::vector<KernelInfo> kernels = list_kernels();
   ASSERT_GE(kernels.size(), 2u);
