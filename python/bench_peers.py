@@ -21,7 +21,9 @@ hfa's backward in its deterministic mode (rows named <kernel>_deterministic).
 Timing: CUDA events around each call, L2 flushed before each, the GPU kept busy for ~1 ms before
 the start event so host launch overhead is not timed, median of --iters after --warmup;
 a configuration whose first call takes long gets fewer iterations (--max-seconds), noted as
-"iters" in its JSON row.
+"iters" in its JSON row. --host-sync times what a user's loop sees instead: host wall time from a
+synchronized GPU to the call's completion (host work and anything the driver does between calls
+included), the command line in the JSON saying so.
 
   python bench_peers.py --kernels k2 --json out.json --plot out.png
 """
@@ -33,6 +35,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -56,10 +59,15 @@ def add_timer_args(ap, max_seconds):
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--max-seconds", type=float, default=max_seconds,
                     help="time budget per (configuration, implementation); slower ones get fewer iterations (at least 5)")
+    ap.add_argument("--host-sync", action="store_true",
+                    help="time each call as a user's loop sees it: host wall time from a synchronized GPU to the "
+                         "call's completion (torch.cuda.synchronize() on both sides), host work included, instead of "
+                         "device time behind a GPU spin; catches costs the device time hides (a workspace the driver "
+                         "maps again after each synchronization did)")
 
 
 def timer_from(args):
-    return Timer(args.warmup, args.iters, args.max_seconds)
+    return Timer(args.warmup, args.iters, args.max_seconds, host_sync=args.host_sync)
 
 
 def sweep(head_dims, seqlens):
@@ -70,17 +78,29 @@ def sweep(head_dims, seqlens):
 
 
 class Timer:
-    def __init__(self, warmup, iters, max_seconds):
+    def __init__(self, warmup, iters, max_seconds, host_sync=False):
         self.warmup, self.iters, self.max_seconds = warmup, iters, max_seconds
+        self.host_sync = host_sync
         l2 = torch.cuda.get_device_properties(0).L2_cache_size
         self.flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
         self.spin_cycles = 2_000_000  # about 1 ms at H100 clocks
 
     def median_ms(self, fn):
-        """Median ms of fn() with a cold L2; returns (ms, iterations)."""
+        """Median ms of fn() with a cold L2; returns (ms, iterations). Device time between CUDA
+        events by default; with host_sync, host wall time between two synchronizations."""
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
+        def once_host_sync():
+            self.flush.zero_()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            return (time.perf_counter() - t0) * 1e3
+
         def once():
+            if self.host_sync:
+                return once_host_sync()
             self.flush.zero_()
             # Keep the GPU busy for ~1 ms so that the host work of launching fn (Python, dispatch,
             # descriptor setup) is hidden before `start`: the events bracket device time only,
