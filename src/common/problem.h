@@ -129,9 +129,20 @@ struct BwdProblem {
   int row_stats_rows = 0;
 
   // BackwardArgs::deterministic: dq added in KV-block order, with one turn counter per
-  // (batch, query head, Q block, dq slab) in the workspace (zeroed by the launch).
+  // (batch, query head, Q block, dq slab) in the workspace (zeroed by the launch) -- or, with
+  // dq_fixed_point, in 64-bit fixed point, where the order does not matter.
   bool deterministic = false;
   int* dq_turns = nullptr;
+
+  // The deterministic mode of bwd_sm90 at head_dim <= 128 (set by its launch; backward_workspace.h,
+  // "fixed-point dQ"): dq_accum holds int64 (dq_accum_fixed()), each query row's contributions
+  // scaled by the power of two dq_scale[row] (a float per row-statistics row) that its bound
+  // allows, abs_max_kv the largest |K| and |V| (fp32 bits, for atomicMax) that bound takes. Integer
+  // additions give the same bits in any order: no turns, no waiting, and any SM count.
+  bool dq_fixed_point = false;
+  float* dq_scale = nullptr;
+  unsigned* abs_max_kv = nullptr;
+  HFA_HOST_DEVICE long long* dq_accum_fixed() const { return reinterpret_cast<long long*>(dq_accum); }
 
   // bwd_sm90's CTA order (set by its launch): the grid is (KV heads, KV blocks, batch) instead of
   // (KV blocks, KV heads, batch), so that a batch entry's KV heads take their KV block 0 first,

@@ -4,6 +4,9 @@
 
 #include <cute/tensor.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <random>
 #include <vector>
 
 #include "kernels/bwd_sm90/bwd_sm90_split_keys.cuh"
@@ -213,20 +216,22 @@ TEST(Sm90Layouts, StagedOutputOffsetsMatchSw128Rows) {
 // The backward's dQ staging (DqStage): the XOR form that bwd_sm90 stores through (one row base per
 // thread, immediates per store) addresses exactly what offset() does, for every row, every column
 // of a fragment's pair (col % 8 even), and the thread's other rows (8 and 64 rows on: the
-// second 64-row atom of a 128-row block) through + 128 bytes per row.
-template <int BlockM, int D>
+// second 64-row atom of a 128-row block) through + 128 bytes per row; for fp32 and for the int64
+// of fixed-point dQ (16-column slabs).
+template <int BlockM, int D, int ElemBytes = 4>
 void expect_dq_stage_forms_match() {
-  using Stage = hfa::DqStage<BlockM>;
+  using Stage = hfa::DqStage<BlockM, ElemBytes>;
   for (int row = 0; row < BlockM; ++row)
-    for (int col0 = 0; col0 < D; col0 += 32)  // a thread's first column lies in a slab's first 8
+    for (int col0 = 0; col0 < D; col0 += Stage::kSlabCols)  // a thread's first column: in a slab's first 8
       for (int lane_col = 0; lane_col < 8; lane_col += 2) {
         const int first = col0 + lane_col;
         const int row0 = row % 8 + row % 64 / 16 * 16;  // the thread's first row
         const uint32_t base = Stage::row_base(row0, lane_col) + Stage::byte_offset(0, col0);
         for (int dcol = 0; first + dcol < D; dcol += 8) {
           const int col = first + dcol;
-          const uint32_t ref = static_cast<uint32_t>(Stage::offset(row, col)) * 4;
-          ASSERT_EQ(Stage::byte_offset(base, dcol) + (row - row0) * 128, ref) << "row " << row << " col " << col;
+          const uint32_t ref = static_cast<uint32_t>(Stage::offset(row, col)) * ElemBytes;
+          ASSERT_EQ(Stage::byte_offset(base, dcol) + (row - row0) * 128, ref)
+              << "row " << row << " col " << col << " element bytes " << ElemBytes;
         }
       }
 }
@@ -236,6 +241,117 @@ TEST(Sm90Layouts, DqStageXorFormMatchesOffsets) {
   expect_dq_stage_forms_match<64, 128>();
   expect_dq_stage_forms_match<128, 64>();  // bwd_sm90's d = 64 blocks
   expect_dq_stage_forms_match<128, 256>();
+  expect_dq_stage_forms_match<64, 64, 8>();  // fixed-point dQ (the deterministic mode, d <= 128)
+  expect_dq_stage_forms_match<64, 128, 8>();
+}
+
+// Every (row, 16-byte chunk) of a staged slab is used exactly once, and a pair store of 8 rows x
+// 4 lanes (the C fragment's layout: rows r..r+7, columns 2 (lane % 4) + 8 k) touches each of the
+// 32 banks' 4-byte words at most once per 128 bytes of a phase -- the swizzle's purpose -- for
+// both element sizes.
+template <int ElemBytes>
+void expect_dq_stage_conflict_free() {
+  using Stage = hfa::DqStage<64, ElemBytes>;
+  for (int k = 0; k < Stage::kSlabCols / 8; ++k)
+    for (int r0 = 0; r0 < 64; r0 += 8) {
+      int chunks_per_bank_group[8] = {};  // 16-byte chunk positions within a 128-byte line
+      for (int r = r0; r < r0 + 8; ++r)
+        for (int lane = 0; lane < 4; ++lane) {
+          const int col = 2 * lane + 8 * k;
+          const int byte = Stage::offset(r, col) * ElemBytes;
+          ++chunks_per_bank_group[byte % 128 / 16];
+        }
+      // The 32 pair stores evenly over the 8 chunk positions (4 banks each), 4 per position: each
+      // bank then takes 2 ElemBytes / 4 words, the fewest wavefronts the request can take.
+      for (int c = 0; c < 8; ++c)
+        EXPECT_EQ(chunks_per_bank_group[c], 4)
+            << "chunk " << c << " rows " << r0 << " group " << k << " element bytes " << ElemBytes;
+    }
+}
+
+TEST(Sm90Layouts, DqStagePairStoresAreConflictFree) {
+  expect_dq_stage_conflict_free<4>();
+  expect_dq_stage_conflict_free<8>();
+}
+
+// Fixed-point dQ (BwdProblem::dq_fixed_point): the exponent puts the row's bound 4 ||dO||_1
+// max|K| max|V| in [2^55, 2^58) after scaling (so no sum overflows and no resolution is wasted),
+// and gives 0 for factors that are 0 or not finite.
+TEST(FixedPointDq, ExponentPutsTheBoundBelow2To58) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> mantissa(1.f, 2.f);
+  std::uniform_int_distribution<int> exponent(-40, 40);
+  for (int i = 0; i < 20000; ++i) {
+    const float l1 = std::ldexp(mantissa(rng), exponent(rng)), mk = std::ldexp(mantissa(rng), exponent(rng)),
+                mv = std::ldexp(mantissa(rng), exponent(rng));
+    const int e = hfa::dq_fixed_point_exponent(l1, mk, mv);
+    const double scaled = std::ldexp(4.0 * l1 * mk * mv, e);
+    if (e > -126 && e < 126) ASSERT_GE(scaled, std::ldexp(1.0, 55)) << l1 << " " << mk << " " << mv;
+    ASSERT_LT(scaled, std::ldexp(1.0, 58)) << l1 << " " << mk << " " << mv;
+  }
+  EXPECT_EQ(hfa::dq_fixed_point_exponent(0.f, 1.f, 1.f), 0);
+  EXPECT_EQ(hfa::dq_fixed_point_exponent(1.f, 0.f, 1.f), 0);
+  EXPECT_EQ(hfa::dq_fixed_point_exponent(1.f, 1.f, INFINITY), 0);
+  EXPECT_EQ(hfa::dq_fixed_point_exponent(NAN, 1.f, 1.f), 0);
+  EXPECT_EQ(hfa::dq_fixed_point_exponent(1e-30f, 1e-30f, 1e-30f), 126);    // clamped: 2^126 is a float
+  EXPECT_EQ(hfa::dq_fixed_point_exponent(1e30f, 1e30f, 1e30f), -126);
+}
+
+// A row of dQ the way bwd_sm90's deterministic mode sums it: per KV block of 128 keys an fp32
+// sum of dS_ij K_jc (dS = P (dP - D), P a softmax over 4096 keys, K and V with outliers 30x their
+// typical size), scaled by the row's 2^e, rounded to int64 and added in two different block
+// orders: the same bits, never near overflow, within half a step per block of the exact sum of
+// the fp32 block sums, and those steps below 1e-8 of the row's largest |dQ|.
+TEST(FixedPointDq, RowSumsAreOrderFreeAndExact) {
+  constexpr int kKeys = 4096, kD = 64, kBlock = 128;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  std::vector<float> k(kKeys * kD), v(kKeys * kD), dout(kD), s(kKeys);
+  for (float& x : k) x = normal(rng);
+  for (float& x : v) x = normal(rng);
+  for (int j = 0; j < kKeys; j += 97) k[j * kD + j % kD] *= 30.f, v[j * kD + (j + 1) % kD] *= 30.f;
+  for (float& x : dout) x = normal(rng);
+  for (float& x : s) x = normal(rng);
+  float max_k = 0.f, max_v = 0.f, l1 = 0.f;
+  for (int i = 0; i < kKeys * kD; ++i) max_k = std::max(max_k, std::fabs(k[i])), max_v = std::max(max_v, std::fabs(v[i]));
+  for (float x : dout) l1 += std::fabs(x);
+  double z = 0;
+  for (float x : s) z += std::exp(double(x));
+  std::vector<double> p(kKeys), dp(kKeys);
+  double d_row = 0;  // D = dO . O, O = sum P V
+  for (int j = 0; j < kKeys; ++j) {
+    p[j] = std::exp(double(s[j])) / z;
+    for (int c = 0; c < kD; ++c) dp[j] += double(dout[c]) * v[j * kD + c], d_row += p[j] * double(dout[c]) * v[j * kD + c];
+  }
+  const int e = hfa::dq_fixed_point_exponent(l1, max_k, max_v);
+  std::vector<double> ref(kD, 0.0), block_sums(kD, 0.0);
+  std::vector<std::vector<long long>> blocks(kKeys / kBlock, std::vector<long long>(kD));
+  for (int b = 0; b < kKeys / kBlock; ++b)
+    for (int c = 0; c < kD; ++c) {
+      float part = 0.f;  // the GEMM's fp32 sum over the block's keys
+      for (int j = b * kBlock; j < (b + 1) * kBlock; ++j) {
+        const float ds = static_cast<float>(p[j] * (dp[j] - d_row));
+        part += ds * k[j * kD + c];
+        ref[c] += p[j] * (dp[j] - d_row) * k[j * kD + c];
+      }
+      block_sums[c] += part;
+      const double scaled = std::ldexp(double(part), e);
+      ASSERT_LT(std::fabs(scaled), std::ldexp(1.0, 58));
+      blocks[b][c] = std::llrint(static_cast<float>(scaled));  // the kernel's float multiply is exact (2^e)
+    }
+  double max_ref = 0;
+  for (double x : ref) max_ref = std::max(max_ref, std::fabs(x));
+  const double step = std::ldexp(1.0, -e);
+  EXPECT_LT(step, 1e-8 * max_ref);
+  for (int c = 0; c < kD; ++c) {
+    unsigned long long forward = 0, backward = 0;  // wrapping sums, as the u64 reductions add
+    for (int b = 0; b < kKeys / kBlock; ++b) forward += static_cast<unsigned long long>(blocks[b][c]);
+    for (int b = kKeys / kBlock - 1; b >= 0; --b) backward += static_cast<unsigned long long>(blocks[b][c]);
+    ASSERT_EQ(forward, backward);
+    const double got = std::ldexp(double(static_cast<long long>(forward)), -e);
+    EXPECT_NEAR(got, block_sums[c], 0.5 * step * (kKeys / kBlock)) << "column " << c;
+    EXPECT_NEAR(got, ref[c], 1e-4 * max_ref) << "column " << c;  // fp32 block sums' own error
+  }
 }
 
 // bwd_sm90 at d = 256 (bwd_sm90_split_keys.cuh): the (64 x 64) P / dS tile that dQ reads whole is

@@ -35,7 +35,9 @@ Status check(const BwdProblem& bp, const DeviceInfo& device) {
 }
 
 Status launch(const BwdProblem& problem, const DeviceInfo&, cudaStream_t stream) {
-  return with_backward_workspace(problem, stream, kName, [&](const BwdProblem& bp) {
+  BwdProblem fixed = problem;
+  fixed.dq_fixed_point = bwd_sm90::dq_fixed_point(problem.fwd.head_dim, problem.deterministic);
+  return with_backward_workspace(fixed, stream, kName, [&](const BwdProblem& bp) {
     return dispatch_dtype_head_dim<BwdSm90>(bp, bp.fwd.dtype, bp.fwd.head_dim, stream);
   });
 }

@@ -22,9 +22,13 @@
 //                   warpgroup), converted to the output dtype by the post-pass.
 // The pre-pass (D = rowsum(dO * O), LSE in base 2) and the post-pass are fa2's
 // (kernels/common/backward_passes.cuh); causal block skipping and the Q-block walk over the GQA
-// group too. Deterministic mode (a kernel of its own): each slab's reduction waits for its turn
-// (DqTurns, in descending KV-block order) and passes it on once it has completed (with the causal
-// mask, at the next block's reductions). Variable-length batches (a kernel of their own too): the
+// group too. Deterministic mode (a kernel of its own): dQ in 64-bit fixed point
+// (BwdProblem::dq_fixed_point; the scale of each row from the bound in backward_passes.cuh):
+// dQ_i's values times the row's power of two, rounded to int64, staged in 16-column slabs and
+// added by the same reductions on a u64 tensor map -- integer sums, so the bits do not depend on
+// the order in which KV blocks add, and no CTA waits for another. (The d = 256 arrangement keeps
+// fp32 and turns: its int64 staging would not fit the consumed Q / dO stage.) Variable-length
+// batches (a kernel of their own too): the
 // CTA works on its sequence as a dense problem, the grid's third axis being the sequences and the
 // workspace laid out per sequence (backward_workspace.h).
 #pragma once
@@ -59,8 +63,9 @@ namespace hfa::bwd_sm90 {
 // written (ids 3, 4).
 constexpr int kDqStageBarrier = 1;  // + warpgroup, and + 2 + warpgroup
 
-// BlockM, Stages: block_m() and stages() of the kernel's mode and mask (bwd_sm90_launch.h).
-template <typename T, int D, int BlockM, int Stages>
+// BlockM, Stages: block_m() and stages() of the kernel's mode and mask (bwd_sm90_launch.h);
+// kFixedPointDq: the deterministic mode's int64 dQ staging (BwdProblem::dq_fixed_point).
+template <typename T, int D, int BlockM, int Stages, bool kFixedPointDq_ = false>
 struct BwdConfig {
   using E = typename sm90::CutlassElement<T>::type;
   static constexpr int kBlockM = BlockM, kBlockN = block_n(D), kStages = Stages;
@@ -87,7 +92,10 @@ struct BwdConfig {
                                  cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
       std::conditional_t<kDqSplitsRows, sm90::WarpgroupsAlongM<2>, sm90::WarpgroupsAlongN<2>>{}));
   using Pipeline = sm90::TmaPipeline<kStages>;
-  static constexpr int kDqSlabCols = DqStage<kBlockM>::kSlabCols;
+  static constexpr bool kFixedPointDq = kFixedPointDq_;
+  using DqElem = std::conditional_t<kFixedPointDq, long long, float>;
+  using DqStaging = DqStage<kBlockM, sizeof(DqElem)>;
+  static constexpr int kDqSlabCols = DqStaging::kSlabCols;
   // A warpgroup's part of dQ: its slabs, and the rows of each (the reductions' box).
   static constexpr int kSlabsPerWarpgroup = (kDqSplitsRows ? D : D / 2) / kDqSlabCols;
   static constexpr int kDqRows = kDqSplitsRows ? kBlockM / 2 : kBlockM;
@@ -99,7 +107,7 @@ struct BwdConfig {
     alignas(1024) E q[kStages][kBlockM * D];
     alignas(1024) E dout[kStages][kBlockM * D];
     alignas(1024) E ds[2][kBlockN * kBlockM];  // double-buffered: ds_ready / ds_free below
-    alignas(1024) float dq[kBlockM * D];       // DqStage slabs (warpgroup w's columns or rows)
+    alignas(1024) DqElem dq[kBlockM * D];      // DqStaging slabs (warpgroup w's columns or rows)
     alignas(16) float2 stats[kStages][kBlockM];  // (LSE * log2 e, D) of the stage's rows
     uint64_t kv_barrier;
     uint64_t ds_ready[2];  // both warpgroups' halves of dS^T are in ds[i] (256 arrivals)
@@ -118,7 +126,8 @@ constexpr bool kLocalMask = std::is_same_v<Mask, sm90::LocalMask>;
 template <typename T, int D, bool kDeterministic, class Mask>
 using ConfigFor = std::conditional_t<
     (D > 128), SplitKeysConfig<T>,
-    BwdConfig<T, D, block_m(D, kDeterministic, kLocalMask<Mask>), stages(D, kDeterministic, kLocalMask<Mask>)>>;
+    BwdConfig<T, D, block_m(D, kDeterministic, kLocalMask<Mask>), stages(D, kDeterministic, kLocalMask<Mask>),
+              dq_fixed_point(D, kDeterministic)>>;
 
 // The rows of a thread's (rows, cols) accumulator fragment (times `factor`) to global memory in
 // the gradients' dtype G (T, or fp32 unrounded), rows at or past row_limit dropped: dst points at
@@ -183,12 +192,14 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
   // 8-column group and slab step.
   const int dq_row0 = get<0>(dq_coord_rc(0, 0)), dq_col0 = get<1>(dq_coord_rc(0, 0));
   const uint32_t dq_stage = static_cast<uint32_t>(__cvta_generic_to_shared(ss.dq));
-  const uint32_t dq_row_base = DqStage<kBlockM>::row_base(dq_row0, dq_col0 % 8) +
-                               DqStage<kBlockM>::byte_offset(0, dq_col0 - dq_col0 % 8);
+  using DqStaging = typename Config::DqStaging;
+  const uint32_t dq_row_base = DqStaging::row_base(dq_row0, dq_col0 % 8) +
+                               DqStaging::byte_offset(0, dq_col0 - dq_col0 % 8);
   const float scale_log2 = Score::log2_factor(p);
   const Mask mask(p);
   const Score score(p);
-  DqSlabTurns<kDeterministic, Config::kSlabsPerWarpgroup, kBlockM, kBlockN> turns(
+  static_assert(Config::kFixedPointDq == kDeterministic, "the deterministic mode sums dQ in fixed point here");
+  DqSlabTurns</*kDeterministic=*/false, Config::kSlabsPerWarpgroup, kBlockM, kBlockN> turns(
       p, kv_block, (p.seqlen_k + kBlockN - 1) / kBlockN);
   // dQ of Q block i (iteration i), one block late: both warpgroups' halves of dS^T are in buffer
   // i % 2 (ds_ready); dQ_i = dS K_j; the buffer is free once both have done so (ds_free); dQ_i is
@@ -206,9 +217,16 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
     sm90::fence_after_wait(tdQ);
     cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[buf]);
 
+    Tensor dq_rc = sm90::as_rowcol(tdQ);
+    // Fixed point: each row's power of two (the pre-pass's), read before the staging is free.
+    float row_scale[size<0>(dq_rc)];
+    if constexpr (Config::kFixedPointDq) {
+      const float* scales = bp.dq_scale + workspace_rows(bp, b, qb.h, at.q, kVarlen).stats + qb.q0;
+      CUTE_UNROLL
+      for (int r = 0; r < size<0>(dq_rc); ++r) row_scale[r] = scales[get<0>(dq_coord_rc(r, 0))];
+    }
     if (wg_leader) sm90::bulk_wait_read<0>();
     NamedBarrier::sync(128, kDqStageBarrier + warpgroup);
-    Tensor dq_rc = sm90::as_rowcol(tdQ);
     CUTE_UNROLL
     for (int r = 0; r < size<0>(dq_rc); ++r)
       CUTE_UNROLL
@@ -217,8 +235,14 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
         const int dcol = get<1>(dq_coord_rc(r, c)) - dq_col0;
         // The row's offset: 8 rows per r within a 64-row atom, 64 rows per atom (kBlockM = 128).
         const int drow = get<0>(dq_coord_rc(r, 0)) - dq_row0;
-        const uint32_t addr = dq_stage + DqStage<kBlockM>::byte_offset(dq_row_base, dcol) + drow * 128;
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq_rc(r, c)), "f"(dq_rc(r, c + 1)) : "memory");
+        const uint32_t addr = dq_stage + DqStaging::byte_offset(dq_row_base, dcol) + drow * 128;
+        if constexpr (Config::kFixedPointDq) {
+          const long long lo = __float2ll_rn(dq_rc(r, c) * row_scale[r]);
+          const long long hi = __float2ll_rn(dq_rc(r, c + 1) * row_scale[r]);
+          asm volatile("st.shared.v2.b64 [%0], {%1, %2};\n" ::"r"(addr), "l"(lo), "l"(hi) : "memory");
+        } else {
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq_rc(r, c)), "f"(dq_rc(r, c + 1)) : "memory");
+        }
       }
     sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
     // Only the leader's warp waits for the staging to be complete; the others go on. (Named
@@ -236,9 +260,9 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
         const int slab = Config::kDqSplitsRows ? s : warpgroup * Config::kSlabsPerWarpgroup + s;
         const int row0 = Config::kDqSplitsRows ? warpgroup * Config::kDqRows : 0;  // in the block
         turns.wait(bp, p, b, qb, s, slab);
-        sm90::tensor_reduce_add_f32(&params.dq_map, ss.dq + slab * kBlockM * Config::kDqSlabCols + row0 * Config::kDqSlabCols,
-                                    slab * Config::kDqSlabCols, static_cast<int>(dq_rows.dq_row0 + qb.q0 + row0),
-                                    static_cast<int>(dq_rows.dq_plane));
+        sm90::tensor_reduce_add(&params.dq_map, ss.dq + slab * kBlockM * Config::kDqSlabCols + row0 * Config::kDqSlabCols,
+                                slab * Config::kDqSlabCols, static_cast<int>(dq_rows.dq_row0 + qb.q0 + row0),
+                                static_cast<int>(dq_rows.dq_plane));
         sm90::bulk_commit_group();
       }
       turns.end_block();
@@ -356,7 +380,8 @@ template <typename T, int D, bool kDeterministic, bool kVarlen, class Mask, clas
 __global__ void __launch_bounds__(kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ typename ConfigFor<T, D, kDeterministic, Mask>::Params params) {
   using Config = ConfigFor<T, D, kDeterministic, Mask>;
-  run_backward_cta<Config, T, kVarlen>(params, kDeterministic, [&](auto&... cta) {
+  // No turns here (fixed-point dQ), so no reversed order for them.
+  run_backward_cta<Config, T, kVarlen>(params, /*reversed=*/false, [&](auto&... cta) {
     keys_as_m_consumers<T, D, kDeterministic, kVarlen, Mask, Score, Config>(params, cta...);
   });
 }
@@ -388,9 +413,11 @@ cudaError_t launch_main(const BwdProblem& bp, cudaStream_t stream) {
   const dim3 grid = params.problem.kv_blocks_across_heads ? dim3(p.heads_kv, kv_blocks, p.batch)
                                                           : dim3(kv_blocks, p.heads_kv, p.batch);
   if (!no_queries) {
-    if (cudaError_t err = sm90::encode_f32_tensor_map(&params.dq_map, bp.dq_accum, D, dq_plane_rows(bp),
-                                                      static_cast<uint64_t>(dq_planes(bp)),
-                                                      Config::kDqSlabCols, Config::kDqRows);
+    constexpr bool kFixed = dq_fixed_point(D, kDeterministic);  // BwdConfig::kFixedPointDq
+    if (kFixed != bp.dq_fixed_point) return cudaErrorInvalidValue;  // the workspace is laid out for the other
+    if (cudaError_t err = sm90::encode_accumulator_tensor_map(
+            &params.dq_map, kFixed ? sm90::AccumulatorType::kU64 : sm90::AccumulatorType::kF32, bp.dq_accum, D,
+            dq_plane_rows(bp), static_cast<uint64_t>(dq_planes(bp)), Config::kDqSlabCols, Config::kDqRows);
         err != cudaSuccess)
       return err;
   }

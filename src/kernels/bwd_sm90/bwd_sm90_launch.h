@@ -19,8 +19,8 @@ namespace hfa::bwd_sm90 {
 constexpr int block_n(int head_dim) { return head_dim <= 128 ? 128 : 64; }
 // Query rows per Q block: 128 at d = 64 (FlashAttention-3's d = 64 shape: each of the five GEMMs
 // per block twice as long for the same synchronization; S^T and dP^T take 64 registers each),
-// 64 elsewhere, in the deterministic mode (its turn counters are laid out for 64-row blocks) and
-// with a sliding window (`local`: at d = 64 it spilled 150 bytes with 128 rows, and its blocks
+// 64 elsewhere, in the deterministic mode (its int64 dQ staging takes 32 KB more at 128 rows
+// than the 227 KB hold) and with a sliding window (`local`: at d = 64 it spilled 150 bytes with 128 rows, and its blocks
 // cross the window's edges twice as often; measured -19% at window 1024).
 constexpr int block_m(int head_dim, bool deterministic, bool local = false) {
   return head_dim == 64 && !deterministic && !local ? 128 : 64;
@@ -35,13 +35,14 @@ constexpr int stages(int head_dim, bool deterministic, bool local = false) {
 constexpr bool has_shape(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 // Shared memory of a shape: K and V, stages x (Q, dO), two dS buffers (bf16/fp16), at d <= 128
-// the staged dQ block (fp32; d = 256 stages it in a consumed Q / dO stage), at d = 256 the P
-// tile; stages x the row statistics, 1 KB of barriers and 1 KB of alignment slack.
+// the staged dQ block (fp32, int64 in the deterministic mode; d = 256 stages it in a consumed
+// Q / dO stage), at d = 256 the P tile; stages x the row statistics, 1 KB of barriers and 1 KB of
+// alignment slack.
 constexpr size_t smem_bytes(int head_dim, bool deterministic, bool local) {
   const size_t m = block_m(head_dim, deterministic, local), n = block_n(head_dim), d = head_dim,
                st = stages(head_dim, deterministic, local);
   const size_t tiles = (2 * n * d + st * 2 * m * d + 2 * n * m) * 2 + st * m * 8 + 2048;
-  return !has_shape(head_dim) ? 0 : head_dim <= 128 ? tiles + m * d * 4 : tiles + m * n * 2;
+  return !has_shape(head_dim) ? 0 : head_dim <= 128 ? tiles + m * d * (deterministic ? 8 : 4) : tiles + m * n * 2;
 }
 // The largest of a head dim's shapes (what the device must offer).
 constexpr size_t smem_bytes(int head_dim) {
@@ -65,12 +66,17 @@ static_assert(smem_bytes(64) <= 232448 && smem_bytes(128) <= 232448 && smem_byte
 // causal shapes; WORKLOG, "bwd_sm90", session 32): +2.8-4.3% at 4k and 8k keys (d = 64 / 128),
 // +3.5% at d = 256 4k, -0.4 to +1.7% at 1k-2k; at 16k -1.6% (d = 64) and -5.7% (d = 256), at 512
 // -1.1% (d = 64): hence 1k to 8k keys only. Not with a window (its blocks are nearly equal), nor
-// variable-length batches or the deterministic mode (whose turn order is the grid's).
+// variable-length batches or the deterministic mode's turns (whose order is the grid's; fixed-point
+// dQ has none).
 inline bool kv_blocks_across_heads(const BwdProblem& bp) {
   const FwdProblem& p = bp.fwd;
-  return p.causal && !p.local && !p.varlen() && !bp.deterministic && p.seqlen_k >= 1024 &&
-         p.seqlen_k <= 8192;
+  const bool turns = bp.deterministic && !bp.dq_fixed_point;
+  return p.causal && !p.local && !p.varlen() && !turns && p.seqlen_k >= 1024 && p.seqlen_k <= 8192;
 }
+
+// The deterministic mode's dQ: 64-bit fixed point in the keys-as-M arrangement (d <= 128), fp32
+// in turn order at d = 256 (BwdProblem::dq_fixed_point).
+constexpr bool dq_fixed_point(int head_dim, bool deterministic) { return deterministic && head_dim <= 128; }
 
 template <typename T, int D>
 cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream);  // bwd_sm90_hdim<D>.cu

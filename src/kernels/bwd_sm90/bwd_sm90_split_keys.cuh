@@ -220,9 +220,9 @@ __device__ __forceinline__ void split_keys_consumers(const typename SplitKeysCon
       for (int s = 0; s < kSlabs; ++s) {
         const int slab = warpgroup * kSlabs + s;
         turns.wait(bp, p, b, qb, s, slab);
-        sm90::tensor_reduce_add_f32(&params.dq_map, stage + s * kBlockM * Config::kDqSlabCols,
-                                    slab * Config::kDqSlabCols, static_cast<int>(rows.dq_row0 + qb.q0),
-                                    static_cast<int>(rows.dq_plane));
+        sm90::tensor_reduce_add(&params.dq_map, stage + s * kBlockM * Config::kDqSlabCols,
+                                slab * Config::kDqSlabCols, static_cast<int>(rows.dq_row0 + qb.q0),
+                                static_cast<int>(rows.dq_plane));
       }
       sm90::bulk_commit_group();
       turns.end_block();

@@ -2,7 +2,8 @@
 // backward_workspace.h:
 //   pre-pass:  D_i = rowsum(dO_i * O_i) in fp32 (FlashAttention-2's preprocessing step), stored
 //              with LSE_i in base 2 beside it so that a main kernel copies both with its Q block;
-//              it also zeroes the fp32 dQ accumulator;
+//              it also zeroes the dQ accumulator (and with fixed-point dQ writes each row's scale,
+//              from max |K| and |V|, which a pass before it finds);
 //   post-pass: dQ = scale * dQ_accum in the output dtype and strides.
 // And the layout in which the main kernels stage a Q block's dQ in shared memory for the bulk
 // copy engine's reductions (DqStage).
@@ -22,28 +23,33 @@ namespace hfa {
 
 constexpr float kBackwardLog2e = 1.4426950408889634f;
 
-// A Q block's dQ (BlockM rows x D fp32) staged in shared memory as slabs of 32 columns (128 bytes
-// a row) x BlockM rows, one per TMA tensor reduction, 128-byte swizzled as the reduction's tensor
-// map says (encode_f32_tensor_map): 16-byte chunk c of row r at chunk c ^ (r % 8). The swizzle
-// puts the C fragments' 8-byte stores (8 rows x 4 lanes) on distinct banks.
+// A Q block's dQ (BlockM rows x D, fp32 or, with fixed-point dQ, int64: ElemBytes 4 or 8) staged
+// in shared memory as slabs of 128 bytes a row (32 fp32 or 16 int64 columns) x BlockM rows, one
+// per TMA tensor reduction, 128-byte swizzled as the reduction's tensor map says
+// (encode_accumulator_tensor_map): 16-byte chunk c of row r at chunk c ^ (r % 8). The swizzle
+// puts the C fragments' pair stores (8 rows x 4 lanes) on distinct banks.
 // For code that stores a fragment, the same offset in bytes as (row_base(row, col % 8) ^ the
-// column's 8-column group within its slab, shifted to bits 5-6) + the slab's offset: the XOR
-// touches bits 4-6 only, which the row's other terms leave clear (chunk (2 a + b / 4) ^ (row % 8)
-// for col % 32 = 8 a + b is (b / 4 ^ row % 8) ^ 2 a), so a thread keeps one row base and each
-// store is an XOR and an add of immediates (k6's staged O: precomputed addresses were hoisted
-// and spilled). Rows 8 apart differ by 1024 bytes. Tested against offset() in tests/cpu.
-template <int BlockM>
+// column's 8-column group within its slab, shifted to the chunk bits above the group's) + the
+// slab's offset: an 8-column group is kGroupChunks = ElemBytes / 2 chunks, so the group's bits
+// and those of the chunk within it are disjoint, and (group * kGroupChunks + sub) ^ (row % 8) is
+// (sub ^ row % 8) ^ group * kGroupChunks: a thread keeps one row base and each store is an XOR and
+// an add of immediates (k6's staged O: precomputed addresses were hoisted and spilled). Rows 8
+// apart differ by 1024 bytes. Tested against offset() in tests/cpu.
+template <int BlockM, int ElemBytes = 4>
 struct DqStage {
-  static constexpr int kSlabCols = 32;
-  __host__ __device__ static constexpr int offset(int row, int col) {
+  static_assert(ElemBytes == 4 || ElemBytes == 8, "fp32 or int64");
+  static constexpr int kSlabCols = 128 / ElemBytes;
+  static constexpr int kChunkElems = 16 / ElemBytes;
+  static constexpr int kGroupShift = ElemBytes == 4 ? 5 : 6;  // log2(16 * kGroupChunks)
+  __host__ __device__ static constexpr int offset(int row, int col) {  // in elements
     return (col / kSlabCols) * BlockM * kSlabCols + row * kSlabCols +
-           ((col % kSlabCols / 4) ^ (row % 8)) * 4 + col % 4;
+           ((col % kSlabCols / kChunkElems) ^ (row % 8)) * kChunkElems + col % kChunkElems;
   }
   __host__ __device__ static constexpr uint32_t row_base(int row, int col_in_group) {
-    return row * 128 + (((col_in_group / 4) ^ (row % 8)) << 4) + (col_in_group % 4) * 4;
+    return row * 128 + (((col_in_group / kChunkElems) ^ (row % 8)) << 4) + (col_in_group % kChunkElems) * ElemBytes;
   }
   __host__ __device__ static constexpr uint32_t byte_offset(uint32_t row_base, int col) {
-    return (row_base ^ ((col % kSlabCols / 8) << 5)) + (col / kSlabCols) * BlockM * kSlabCols * 4;
+    return (row_base ^ ((col % kSlabCols / 8) << kGroupShift)) + (col / kSlabCols) * BlockM * 128;
   }
 };
 
@@ -79,6 +85,72 @@ __device__ __forceinline__ BackwardQRows<T> backward_q_rows(const BwdProblem& bp
   return r;
 }
 
+// ---- Fixed-point dQ (BwdProblem::dq_fixed_point): the scale of a row's contributions ----------
+// Row i's contributions to the accumulator (before the softmax scale) are sums over keys of
+// dS_ij K_jc, dS_ij = P_ij (dP_ij - D_i) (times tanh' <= 1 with a softcap), so every partial sum
+// is at most sum_j P_ij (|dP_ij| + |D_i|) max|K| <= 2 ||dO_i||_1 max|V| max|K|: sum_j P_ij <= 1,
+// |dP_ij| = |dO_i . V_j| <= ||dO_i||_1 max|V|, and |D_i| = |dO_i . O_i| <= ||dO_i||_1 max|V| since
+// O_i is a convex combination of V's rows. Doubled for the roundings on the way (dS in bf16, the
+// GEMMs' fp32 sums, O's rounding, sum_j P_ij a little above 1), the row's contributions are scaled
+// by 2^e with 4 ||dO_i||_1 max|V| max|K| 2^e <= 2^58, rounded to integers and summed in int64:
+// no partial sum comes within 32x of overflow, and the sum has the same bits in any order. The
+// resolution is 2^-e: for attention spread over 16k keys with outliers 10-20x the typical |K| and
+// |V| the bound exceeds the true dQ by ~2^19, which leaves ~2^39 steps, finer than an fp32 sum's.
+// Returns e (0 when a factor is 0 or not finite: dQ is then 0, or not finite anyway), within
+// [-126, 126] so that 2^e and 2^-e are normal floats.
+HFA_HOST_DEVICE inline int dq_fixed_point_exponent(float l1_dout, float max_k, float max_v) {
+  const bool usable = l1_dout > 0.f && max_k > 0.f && max_v > 0.f && l1_dout <= 3.0e38f &&
+                      max_k <= 3.0e38f && max_v <= 3.0e38f;  // also false for NaN
+  if (!usable) return 0;
+  int a, b, c;  // x < 2^a
+  frexpf(l1_dout, &a);
+  frexpf(max_k, &b);
+  frexpf(max_v, &c);
+  const int e = 56 - (a + b + c);  // 4 * (< 2^(a+b+c)) * 2^e < 2^58
+  return e < -126 ? -126 : e > 126 ? 126 : e;
+}
+
+// max |K| and max |V| over the whole tensors (every batch entry, head and row, a variable-length
+// batch's rows past its last sequence too: a larger max only loosens the bound), into
+// bp.abs_max_kv[0 / 1] (zeroed by the workspace's allocation) as fp32 bits, which order as
+// unsigned integers for non-negative values. A thread per 16-byte chunk of K and of V, grid-stride.
+constexpr int kAbsMaxThreads = 256, kAbsMaxBlocks = 528;
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kAbsMaxThreads) backward_abs_max_kv_kernel(BwdProblem bp) {
+  const FwdProblem& p = bp.fwd;
+  constexpr int kChunks = D / kElemsPer16B;
+  const int k_rows = p.k_rows();
+  const int64_t items = static_cast<int64_t>(k_rows) * p.heads_kv * p.tma_batch() * kChunks;
+  float max_k = 0.f, max_v = 0.f;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kAbsMaxThreads + threadIdx.x; i < items;
+       i += static_cast<int64_t>(gridDim.x) * kAbsMaxThreads) {
+    const int c = static_cast<int>(i % kChunks);
+    const int64_t r = i / kChunks;
+    const int row = static_cast<int>(r % k_rows), h = static_cast<int>(r / k_rows % p.heads_kv);
+    const int64_t b = r / k_rows / p.heads_kv;
+    const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + h * p.k_head_stride + row * p.k_row_stride;
+    const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + h * p.v_head_stride + row * p.v_row_stride;
+    float kf[8], vf[8];
+    unpack8<T>(*reinterpret_cast<const uint4*>(k + c * kElemsPer16B), kf);
+    unpack8<T>(*reinterpret_cast<const uint4*>(v + c * kElemsPer16B), vf);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      max_k = fmaxf(max_k, fabsf(kf[e]));
+      max_v = fmaxf(max_v, fabsf(vf[e]));
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    max_k = fmaxf(max_k, __shfl_xor_sync(0xffffffffu, max_k, off));
+    max_v = fmaxf(max_v, __shfl_xor_sync(0xffffffffu, max_v, off));
+  }
+  if (threadIdx.x % 32 == 0) {
+    atomicMax(&bp.abs_max_kv[0], __float_as_uint(max_k));
+    atomicMax(&bp.abs_max_kv[1], __float_as_uint(max_v));
+  }
+}
+
 // ---- Pre-pass: row statistics (LSE * log2 e, D = rowsum(dO * O)) and the zeroed dQ workspace ---
 // D / 8 lanes per query row, one 16-byte chunk of O and of dO each; the same lanes zero the row's
 // D fp32 of the dQ accumulator (which the main kernel adds into), so that the workspace needs no
@@ -99,7 +171,10 @@ __global__ void __launch_bounds__(kRowStatsThreads) backward_row_stats_kernel(Bw
   if (row >= row_stats_rows(rows.seqlen_q)) return;  // a row's lanes return together (as for padding rows)
   float2* stats = reinterpret_cast<float2*>(bp.row_stats) + rows.ws.stats + row;
   if (row >= rows.seqlen_q) {  // padding: P = 0, so no gradient
-    if (c == 0) *stats = make_float2(INFINITY, 0.f);
+    if (c == 0) {
+      *stats = make_float2(INFINITY, 0.f);
+      if (bp.dq_fixed_point) bp.dq_scale[rows.ws.stats + row] = 1.f;
+    }
     return;
   }
   const T* o = rows.o + row * bp.fwd.o_row_stride;
@@ -107,20 +182,31 @@ __global__ void __launch_bounds__(kRowStatsThreads) backward_row_stats_kernel(Bw
   float of[8], df[8];
   unpack8<T>(*reinterpret_cast<const uint4*>(o + c * kElemsPer16B), of);
   unpack8<T>(*reinterpret_cast<const uint4*>(dout + c * kElemsPer16B), df);
-  float dot = 0.f;
+  float dot = 0.f, l1 = 0.f;
 #pragma unroll
-  for (int e = 0; e < 8; ++e) dot += of[e] * df[e];
-  float4* accum = reinterpret_cast<float4*>(bp.dq_accum + (rows.ws.dq + row) * D) + 2 * c;
-  accum[0] = accum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int e = 0; e < 8; ++e) {
+    dot += of[e] * df[e];
+    l1 += fabsf(df[e]);
+  }
+  // This lane's 8 accumulator elements: 32 bytes of fp32, or 64 of int64 (fixed point).
+  const int chunks16 = bp.dq_fixed_point ? 4 : 2;
+  float4* accum = reinterpret_cast<float4*>(bp.dq_accum) + ((rows.ws.dq + row) * (D / 8) + c) * chunks16;
+  for (int i = 0; i < chunks16; ++i) accum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   // The shuffles name only this row's lanes: other rows of the warp may have returned.
   const unsigned row_lanes = static_cast<unsigned>((uint64_t{1} << kLanesPerRow) - 1)
                              << (threadIdx.x % 32 / kLanesPerRow * kLanesPerRow);
 #pragma unroll
-  for (int off = kLanesPerRow / 2; off > 0; off /= 2) dot += __shfl_xor_sync(row_lanes, dot, off);
+  for (int off = kLanesPerRow / 2; off > 0; off /= 2) {
+    dot += __shfl_xor_sync(row_lanes, dot, off);
+    l1 += __shfl_xor_sync(row_lanes, l1, off);
+  }
   if (c == 0) {
     // A row that saw no key (LSE = -inf) gets +inf as well: P = 0.
     const float lse = rows.lse[row * bp.fwd.lse_row_stride];
     *stats = make_float2(lse == -INFINITY ? INFINITY : lse * kBackwardLog2e, dot);
+    if (bp.dq_fixed_point)
+      bp.dq_scale[rows.ws.stats + row] = ldexpf(
+          1.f, dq_fixed_point_exponent(l1, __uint_as_float(bp.abs_max_kv[0]), __uint_as_float(bp.abs_max_kv[1])));
   }
 }
 
@@ -138,12 +224,24 @@ __global__ void __launch_bounds__(kConvertThreads) backward_convert_dq_kernel(Bw
   const int b = blockIdx.z, h = blockIdx.y;
   const BackwardQRows<T> rows = backward_q_rows<T>(bp, b, h);
   if (row >= rows.seqlen_q) return;
-  const float4* src = reinterpret_cast<const float4*>(bp.dq_accum + (rows.ws.dq + row) * D + c * kElemsPer16B);
-  const float4 lo = src[0], hi = src[1];
-  const float vals[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
   float scaled[8];
+  if (bp.dq_fixed_point) {  // int64 in units of 2^-e: times 2^-e (exact), then the softmax scale
+    const longlong2* src = reinterpret_cast<const longlong2*>(bp.dq_accum_fixed() + (rows.ws.dq + row) * D +
+                                                              c * kElemsPer16B);
+    const float unit = 1.f / bp.dq_scale[rows.ws.stats + row];  // a power of two: exact
 #pragma unroll
-  for (int e = 0; e < 8; ++e) scaled[e] = vals[e] * bp.fwd.softmax_scale;
+    for (int i = 0; i < 4; ++i) {
+      const longlong2 pair = src[i];
+      scaled[2 * i] = __ll2float_rn(pair.x) * unit * bp.fwd.softmax_scale;
+      scaled[2 * i + 1] = __ll2float_rn(pair.y) * unit * bp.fwd.softmax_scale;
+    }
+  } else {
+    const float4* src = reinterpret_cast<const float4*>(bp.dq_accum + (rows.ws.dq + row) * D + c * kElemsPer16B);
+    const float4 lo = src[0], hi = src[1];
+    const float vals[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) scaled[e] = vals[e] * bp.fwd.softmax_scale;
+  }
   G* dq = static_cast<G*>(bp.dq) + b * bp.dq_batch_stride + h * bp.dq_head_stride +
           (int64_t(rows.q_begin) + row) * bp.dq_row_stride + c * kElemsPer16B;
   store8<G>(dq, scaled);
@@ -244,6 +342,10 @@ struct DqTurns {
 template <typename T, int D, class MainLaunch>
 cudaError_t launch_backward_passes(const BwdProblem& bp, cudaStream_t stream, MainLaunch main) {
   const FwdProblem& p = bp.fwd;
+  if (bp.dq_fixed_point && p.seqlen_q > 0 && p.k_rows() > 0) {  // the bound's max |K|, |V| first
+    backward_abs_max_kv_kernel<T, D><<<kAbsMaxBlocks, kAbsMaxThreads, 0, stream>>>(bp);
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
   if (p.seqlen_q > 0) {  // with a variable-length batch, sized by max_seqlen_q
     constexpr int kRowsPerBlock = kRowStatsThreads / (D / kElemsPer16B);
     backward_row_stats_kernel<T, D>

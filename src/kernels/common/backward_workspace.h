@@ -2,8 +2,12 @@
 //   dq_accum   (batch, heads_q, seqlen_q, head_dim) fp32: dQ summed over KV blocks, converted to
 //              the output dtype by the post-pass (backward_passes.cuh);
 //   row_stats  (batch, heads_q, row_stats_rows) pairs (LSE * log2 e, D = rowsum(dO * O));
-//   dq_turns   deterministic mode only: one turn counter per (batch, query head, 64-row Q block,
-//              dQ slab), zeroed before the launch.
+//   dq_turns   deterministic mode with fp32 dQ only: one turn counter per (batch, query head,
+//              64-row Q block, dQ slab), zeroed before the launch.
+// With BwdProblem::dq_fixed_point (bwd_sm90's deterministic mode at d <= 128), dq_accum holds int64
+// (twice the bytes) and two more pieces follow: dq_scale, a float per row-statistics row (the
+// power of two that row's contributions are scaled by), and abs_max_kv (max |K|, max |V|, zeroed
+// before the launch); no turns.
 // A variable-length batch (FwdProblem::varlen()) has no batch dimension: dq_accum and row_stats
 // are (heads_q, row_stats_rows) planes of rows, in which sequence b's rows start at
 // varlen_workspace_row0() (WorkspaceRows says where for either layout).
@@ -93,18 +97,29 @@ Status with_backward_workspace(const BwdProblem& problem, cudaStream_t stream, c
   bp.row_stats_rows = static_cast<int>(p.varlen() ? varlen_workspace_rows(p.total_q, p.batch)
                                                    : row_stats_rows(p.seqlen_q));
   const size_t rows = static_cast<size_t>(dq_planes(bp) * dq_plane_rows(bp));
-  const size_t accum_bytes = rows * p.head_dim * sizeof(float);
-  const size_t stats_bytes = static_cast<size_t>(dq_planes(bp)) * bp.row_stats_rows * 2 * sizeof(float);
-  const size_t turn_bytes =
-      bp.deterministic ? static_cast<size_t>(dq_turn_count(p.batch, p.heads_q, p.seqlen_q)) * sizeof(int) : 0;
+  const bool fixed = bp.dq_fixed_point;
+  const size_t accum_bytes = rows * p.head_dim * (fixed ? sizeof(long long) : sizeof(float));
+  const size_t stat_rows = static_cast<size_t>(dq_planes(bp)) * bp.row_stats_rows;
+  const size_t stats_bytes = stat_rows * 2 * sizeof(float);
+  const size_t scale_bytes = fixed ? stat_rows * sizeof(float) : 0;  // a multiple of 512 bytes
+  const size_t max_bytes = fixed && rows > 0 ? 16 : 0;               // two used
+  const size_t turn_bytes = bp.deterministic && !fixed
+      ? static_cast<size_t>(dq_turn_count(p.batch, p.heads_q, p.seqlen_q)) * sizeof(int) : 0;
   void* workspace = nullptr;
   if (rows > 0)
-    HFA_RETURN_IF_ERROR(cuda_status(workspace_alloc(&workspace, accum_bytes + stats_bytes + turn_bytes, stream),
-                                    (std::string(kernel) + " backward: allocating the fp32 dQ workspace").c_str()));
-  bp.dq_accum = static_cast<float*>(workspace);
-  bp.row_stats = bp.dq_accum + rows * p.head_dim;
-  bp.dq_turns = turn_bytes ? reinterpret_cast<int*>(bp.row_stats + stats_bytes / sizeof(float)) : nullptr;
+    HFA_RETURN_IF_ERROR(cuda_status(
+        workspace_alloc(&workspace, accum_bytes + stats_bytes + scale_bytes + max_bytes + turn_bytes, stream),
+        (std::string(kernel) + " backward: allocating the dQ workspace").c_str()));
+  // In order: dq_accum, row_stats, then dq_scale and abs_max_kv (fixed point) or dq_turns.
+  char* const base = static_cast<char*>(workspace);
+  const size_t stats_at = accum_bytes, tail_at = stats_at + stats_bytes;
+  bp.dq_accum = reinterpret_cast<float*>(base);
+  bp.row_stats = reinterpret_cast<float*>(base + stats_at);
+  bp.dq_scale = scale_bytes ? reinterpret_cast<float*>(base + tail_at) : nullptr;
+  bp.abs_max_kv = max_bytes ? reinterpret_cast<unsigned*>(base + tail_at + scale_bytes) : nullptr;
+  bp.dq_turns = turn_bytes ? reinterpret_cast<int*>(base + tail_at) : nullptr;
   cudaError_t err = turn_bytes ? cudaMemsetAsync(bp.dq_turns, 0, turn_bytes, stream) : cudaSuccess;
+  if (err == cudaSuccess && max_bytes) err = cudaMemsetAsync(bp.abs_max_kv, 0, max_bytes, stream);
   if (err == cudaSuccess) err = launch(bp);
   const cudaError_t free_err = workspace ? workspace_free(workspace, stream) : cudaSuccess;
   if (err == cudaSuccess) err = free_err;

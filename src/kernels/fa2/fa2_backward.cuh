@@ -187,8 +187,8 @@ __global__ void __launch_bounds__(Shape::kThreads)
         sm90::fence_proxy_async_global();  // the earlier blocks' sums, before this one's reads
       }
       const WorkspaceRows ws = workspace_rows(bp, b, blk.h, q_begin, kVarlen);
-      sm90::tensor_reduce_add_f32(&dq_map, sdQ + warp * kBlockM * kDqSlabCols, warp * kDqSlabCols,
-                                  static_cast<int>(ws.dq_row0) + blk.q0, static_cast<int>(ws.dq_plane));
+      sm90::tensor_reduce_add(&dq_map, sdQ + warp * kBlockM * kDqSlabCols, warp * kDqSlabCols,
+                              static_cast<int>(ws.dq_row0) + blk.q0, static_cast<int>(ws.dq_plane));
       sm90::bulk_commit_group();
       if (!p.causal) pass_pending_turn();
     }
@@ -386,8 +386,8 @@ cudaError_t launch_backward_shape(const BwdProblem& bp, cudaStream_t stream) {
   const FwdProblem& p = bp.fwd;
   CUtensorMap dq_map{};  // staged dQ only, and only when there are rows to add
   if (Shape::kDqStaged && p.seqlen_q > 0) {
-    if (cudaError_t err = sm90::encode_f32_tensor_map(
-            &dq_map, bp.dq_accum, Shape::kHeadDim, dq_plane_rows(bp),
+    if (cudaError_t err = sm90::encode_accumulator_tensor_map(
+            &dq_map, sm90::AccumulatorType::kF32, bp.dq_accum, Shape::kHeadDim, dq_plane_rows(bp),
             static_cast<uint64_t>(dq_planes(bp)), Shape::kDqSlabCols, Shape::kBlockM);
         err != cudaSuccess)
       return err;

@@ -1,7 +1,9 @@
 // sm90's bulk copy engine (TMA) as a reduction: cp.reduce.async.bulk.tensor adds a box of shared
-// memory into a global tensor element by element (fp32 add, performed at L2), asynchronously,
-// addressed through a tensor map (the global shape and strides, the box, the shared-memory swizzle:
-// encode_f32_tensor_map in tensor_map.h). Elements of the box outside the tensor are skipped.
+// memory into a global tensor element by element (performed at L2; fp32 add, or the 64-bit integer
+// add of fixed-point dQ: the element type is the tensor map's), asynchronously, addressed through a
+// tensor map (the global shape and strides, the box, the shared-memory swizzle:
+// encode_accumulator_tensor_map in tensor_map.h). Elements of the box outside the tensor are
+// skipped.
 // The issuing thread tracks its operations in bulk groups; before shared memory that a bulk
 // operation reads is written again, that thread waits for the group's reads (bulk_wait_read) and
 // a barrier tells the writers. Writers of the source make their (generic-proxy) stores visible to
@@ -21,10 +23,10 @@ inline constexpr bool kHasBulkReduce = true;
 inline constexpr bool kHasBulkReduce = false;
 #endif
 
-// The (c0, c1, c2) box of the 3-D fp32 tensor that `map` describes += the box at `smem` (in the
-// map's box shape and swizzle; 128-byte aligned, 1024 for the 128-byte swizzle).
-__device__ __forceinline__ void tensor_reduce_add_f32(const CUtensorMap* map, const float* smem,
-                                                      int c0, int c1, int c2) {
+// The (c0, c1, c2) box of the 3-D tensor that `map` describes += the box at `smem` (in the map's
+// element type, box shape and swizzle; 128-byte aligned, 1024 for the 128-byte swizzle).
+__device__ __forceinline__ void tensor_reduce_add(const CUtensorMap* map, const void* smem, int c0, int c1,
+                                                  int c2) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const unsigned src = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile(
