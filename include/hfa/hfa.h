@@ -375,23 +375,27 @@ struct BackwardArgs {
   // sum over batch and rows of -exp(sinks[h] - LSE_i) * rowsum(dout_i * out_i).
   TensorView dsinks;
   // A name from list_backward_kernels(), or "auto": bwd_sm90 on Hopper (every head dim, every
-  // variant), fa2 for the deterministic mode at head_dim 64 and 256 (measured faster there) and on
-  // other GPUs. Variable-length batches: bwd_sm90 (Hopper, every variant) and fa2 (sm80+, causal
+  // variant), fa2 on other GPUs and for the deterministic mode where fa2's measured faster (512
+  // keys; under the causal mask below 2k keys at head_dim 128 and below 16k at 64; head_dim 256). Variable-length batches: bwd_sm90 (Hopper, every variant) and fa2 (sm80+, causal
   // or not: no sliding window, softcap or sinks).
   std::string kernel = "auto";
   // dq, dk and dv bit-identical from run to run, whatever the number of SMs free for the launch.
   // dk and dv are always so (summed on chip in a fixed order); dq is summed over the KV blocks in
-  // fp32, which by default happens in whatever order the blocks finish. Deterministic mode adds
-  // each Q block's dq contributions in KV-block order (each waits for the previous block's turn):
-  // slower (docs/PERFORMANCE.md has the cost), and batch * heads_q * ceil(seqlen_q / 64) * 8 more
-  // int32 of workspace.
+  // fp32, which by default happens in whatever order the blocks finish. Deterministic mode, slower
+  // (docs/PERFORMANCE.md has the cost): bwd_sm90 at head_dim <= 128 sums dq in 64-bit fixed point
+  // (each row's contributions scaled by a power of two from a bound on them, 4 ||dout_i||_1 max|k|
+  // max|v|, to within 2^-55 of it: integer sums in any order give the same bits; finer than an
+  // fp32 sum's unless the bound exceeds the row's dq by ~2^30), with an int64 accumulator (twice
+  // the fp32 one) and batch * heads_q * (seqlen_q rounded up to 128) more floats of workspace;
+  // fa2, and bwd_sm90 at 256, add each Q block's dq in KV-block order (each waits for the previous
+  // block's turn), with batch * heads_q * ceil(seqlen_q / 64) * 8 more int32.
   bool deterministic = false;
 };
 
 // Runs attention backward on `stream` (asynchronous). The kernel takes a stream-ordered fp32
 // workspace of batch * heads_q * (seqlen_q * head_dim + 2 * seqlen_q rounded up to a multiple of
 // 128) * 4 bytes, the same for every backward kernel, from hfa's pool ("Workspace memory" below)
-// and freed on the stream (deterministic adds its turns, above);
+// and freed on the stream (the deterministic mode's workspace differs: above);
 // kOutOfMemory if it does not fit. Rows that saw no key (lse = -inf) get no gradient.
 // batch == 0 launches nothing; seqlen_q == 0 gives dk = dv = 0, seqlen_k == 0 gives dq = 0.
 Status backward(const BackwardArgs& args, cudaStream_t stream = nullptr);
@@ -421,7 +425,7 @@ std::vector<KernelInfo> list_backward_kernels();
 // none can (the same validation as forward, without launching anything).
 Status select_kernel(const ForwardArgs& args, std::string* kernel_name);
 // The same for the backward: the kernel BackwardArgs::kernel ("auto": the fastest that takes the
-// problem; on Hopper bwd_sm90, fa2 for the deterministic mode at head_dim 64 and 256) would run,
+// problem; on Hopper bwd_sm90, fa2 for the deterministic mode where it is faster) would run,
 // or why none can.
 Status select_backward_kernel(const BackwardArgs& args, std::string* kernel_name);
 

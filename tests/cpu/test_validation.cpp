@@ -285,7 +285,8 @@ Status plan_backward(const BackwardArgs& a, const DeviceInfo& device = hopper())
 }
 
 // "auto" runs bwd_sm90 on Hopper at every head dim (with every variant), and fa2 where the GPU is
-// not a Hopper or for the deterministic mode at head_dim 64 and 256 (measured faster there).
+// not a Hopper or in the deterministic mode where fa2's measured faster (bwd_sm90.cu: at 512 keys,
+// under the causal mask below 2k keys at d = 128 and below 16k at d = 64, and at d = 256).
 TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
   BwdProblem p;
   ASSERT_TRUE(normalize_backward(valid_backward_args(), &p).ok());
@@ -310,8 +311,22 @@ TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
     EXPECT_EQ(kernel->name, "bwd_sm90") << "softcap, head_dim " << d;
     BwdProblem det = dense;
     det.deterministic = true;
-    ASSERT_TRUE(select_backward_kernel_for("auto", det, hopper(), &kernel).ok()) << d;
-    EXPECT_EQ(kernel->name, d == 128 ? "bwd_sm90" : "fa2") << "deterministic, head_dim " << d;
+    // (causal, seqlen_k) -> the measured faster deterministic kernel at d = 64 / 128 / 256.
+    struct Case {
+      bool causal;
+      int seqlen_k;
+      const char* at64;
+      const char* at128;
+    };
+    for (const Case& c : {Case{false, 512, "fa2", "fa2"}, Case{false, 4096, "bwd_sm90", "bwd_sm90"},
+                          Case{true, 1024, "fa2", "fa2"}, Case{true, 4096, "fa2", "bwd_sm90"},
+                          Case{true, 16384, "bwd_sm90", "bwd_sm90"}}) {
+      det.fwd.causal = c.causal;
+      det.fwd.seqlen_k = det.fwd.seqlen_q = c.seqlen_k;
+      ASSERT_TRUE(select_backward_kernel_for("auto", det, hopper(), &kernel).ok()) << d;
+      EXPECT_EQ(kernel->name, d == 64 ? c.at64 : d == 128 ? c.at128 : "fa2")
+          << "deterministic, head_dim " << d << ", causal " << c.causal << ", seqlen_k " << c.seqlen_k;
+    }
     EXPECT_TRUE(select_backward_kernel_for("bwd_sm90", det, hopper(), &kernel).ok()) << d;
   }
   EXPECT_EQ(p.dq, g_dq);

@@ -52,7 +52,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     (GQA/MQA). causal is aligned bottom-right when seqlen_q != seqlen_k. softmax_scale defaults to
     1/sqrt(head_dim). kernel: a name from list_kernels(), or "auto" (the forward);
     backward_kernel: a name from list_backward_kernels(), or "auto" (bwd_sm90 on Hopper, fa2
-    for the deterministic mode at head_dim 64 and 256 (measured faster there) and on other GPUs).
+    on other GPUs and for the deterministic mode where it measured faster: BackwardArgs::kernel).
     With return_lse, also returns the fp32 log-sum-exp of each row, shape (batch, heads_q,
     seqlen_q) (not differentiable).
 
@@ -64,8 +64,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     k_descale. quantize_fp8() makes either from bf16/fp16 tensors. Forward only (k7, k8).
 
     Differentiable with respect to q, k and v (bf16/fp16). deterministic=True makes the backward's
-    dq, dk, dv bit-identical from run to run (BackwardArgs::deterministic: dq is summed in a fixed
-    order, at some cost in speed); the default is the fastest backward.
+    dq, dk, dv bit-identical from run to run (BackwardArgs::deterministic: dq is summed in 64-bit
+    fixed point or in a fixed order, at some cost in speed and workspace); the default is the
+    fastest backward.
 
     Variants (FlashAttention's semantics; forward and backward, bf16/fp16): window_size=(left,
     right) is a sliding window, query i seeing keys i + seqlen_k - seqlen_q - left .. + right

@@ -52,21 +52,28 @@ BackwardKernelEntry bwd_sm90_backward_entry() {
       "producer warp streaming Q/dO/LSE/D through an mbarrier ring, two consumer warpgroups "
       "with dK/dV in registers; d <= 128: 128-key blocks, S^T/dP^T with the keys as M so that "
       "dV += P^T dO and dK += dS^T Q take P^T and dS^T from registers, dQ = dS K added in fp32 "
-      "by TMA reductions; d = 256: 64-key blocks split between the warpgroups, dK^T/dV^T in "
-      "registers, P and dS through shared memory, dQ staged in the consumed Q/dO stage and "
-      "added by TMA reductions";
+      "by TMA reductions (deterministic mode: in 64-bit fixed point); d = 256: 64-key blocks "
+      "split between the warpgroups, dK^T/dV^T in registers, P and dS through shared memory, dQ "
+      "staged in the consumed Q/dO stage and added by TMA reductions (deterministic mode: in "
+      "turn order)";
   e.supports = "bf16/fp16, head_dim 64, 128 and 256, causal (block skipping), sliding window, "
                "softcap, sinks, variable-length batches, GQA/MQA, deterministic mode; 16-byte "
                "aligned pointers and strides; sm90a (H100/H200)";
   e.variants = {/*window=*/true, /*softcap=*/true, /*sinks=*/true, /*varlen=*/true};
   e.auto_priority = 20;
-  // Deterministic at head_dim 64, fa2's mode measured 3-10% faster in all 12 configurations
-  // (docs/results/2026-11-24-h100-peers-bwd-deterministic-bc930cc.json; bwd_sm90's is 1-15%
-  // faster at 128), and 4-16% faster at 256
-  // (docs/results/2026-11-26-h100-bwd-sm90-d256-deterministic-verify.txt): "auto" ranks bwd_sm90
-  // below fa2 (10) there.
+  // The deterministic mode: bwd_sm90's sums dQ in fixed point at d <= 128 (no waiting, twice
+  // the reduction bytes and three memory-bound passes around the kernel), fa2's in turn order.
+  // Measured on the H100 (docs/results/2026-11-26-h100-peers-bwd-deterministic-fixed-point-1cf2998.json,
+  // both next to cuDNN): bwd_sm90 faster without the mask from 1k keys (+2 to +24%), under the
+  // causal mask at d = 128 from 2k keys (+4 to +21%) and at d = 64 only at 16k (+4%; fa2 +5 to
+  // +27% below); fa2 faster at 512 keys everywhere and at d = 256 (turns in both, fa2 4-16%
+  // ahead: docs/results/2026-11-26-h100-bwd-sm90-d256-deterministic-verify.txt). "auto" ranks
+  // bwd_sm90 below fa2 (10) there.
   e.auto_priority_for = [](const BwdProblem& p) {
-    return p.deterministic && p.fwd.head_dim != 128 ? 5 : 20;
+    if (!p.deterministic) return 20;
+    const FwdProblem& f = p.fwd;
+    const int from = !f.causal ? 1024 : f.head_dim == 128 ? 2048 : 16384;
+    return f.head_dim <= 128 && f.seqlen_k >= from ? 20 : 5;
   };
   e.check = check;
   e.launch = launch;

@@ -46,7 +46,7 @@ struct BwdParams {
 };
 
 // The CTA's work: KV block kv_block (keys k0 ...) of KV head hk of batch entry or sequence b
-// (blockIdx.y, .z); with `reversed` (the deterministic mode) KV block j runs on CTA
+// (blockIdx.y, .z); with `reversed` (the deterministic mode's turns, at d = 256) KV block j runs on CTA
 // gridDim.x - 1 - j, so that the block whose turn comes first (the last one) has the lower index
 // and is launched no later (turns.cuh). With across_heads (BwdProblem::kv_blocks_across_heads)
 // the grid is (KV heads, KV blocks, batch): the CTAs are launched a batch entry's KV block 0 of
@@ -233,7 +233,8 @@ __device__ __forceinline__ void transformed_p_and_ds(const Score& score, float s
   dp = prob * (dp - stat.y) * tanh_derivative(x, t);
 }
 
-// Deterministic dQ (kDeterministic; nothing otherwise): the turns (DqTurns, turns.cuh) a
+// Deterministic dQ in fp32 (kDeterministic, the d = 256 arrangement; nothing otherwise; the
+// d <= 128 one sums in fixed point and needs none): the turns (DqTurns, turns.cuh) a
 // warpgroup's leader holds on the kSlabs slabs it last added, passed once those additions have
 // completed: right after the issue without a causal or window mask (every KV block reaches a Q
 // block at once, so a late pass would delay each next one by a block more, as fa2 measured); at

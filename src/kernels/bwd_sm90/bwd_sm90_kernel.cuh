@@ -45,7 +45,6 @@
 #include "kernels/common/backward_passes.cuh"
 #include "kernels/common/launch.cuh"
 #include "kernels/common/numeric.cuh"
-#include "kernels/common/turns.cuh"
 #include "kernels/common/varlen.cuh"
 #include "kernels/sm90/common/attention_config.cuh"
 #include "kernels/sm90/common/bulk_reduce.cuh"
@@ -198,9 +197,8 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
   const float scale_log2 = Score::log2_factor(p);
   const Mask mask(p);
   const Score score(p);
+  // The deterministic mode needs no turns here: fixed-point sums do not depend on the order.
   static_assert(Config::kFixedPointDq == kDeterministic, "the deterministic mode sums dQ in fixed point here");
-  DqSlabTurns</*kDeterministic=*/false, Config::kSlabsPerWarpgroup, kBlockM, kBlockN> turns(
-      p, kv_block, (p.seqlen_k + kBlockN - 1) / kBlockN);
   // dQ of Q block i (iteration i), one block late: both warpgroups' halves of dS^T are in buffer
   // i % 2 (ds_ready); dQ_i = dS K_j; the buffer is free once both have done so (ds_free); dQ_i is
   // staged (after the previous block's reduction has read the staging) and added to the
@@ -254,18 +252,15 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
     }
     if (wg_leader) {
       const WorkspaceRows dq_rows = workspace_rows(bp, b, qb.h, at.q, kVarlen);
-      turns.begin_block();
       CUTE_UNROLL
       for (int s = 0; s < Config::kSlabsPerWarpgroup; ++s) {
         const int slab = Config::kDqSplitsRows ? s : warpgroup * Config::kSlabsPerWarpgroup + s;
         const int row0 = Config::kDqSplitsRows ? warpgroup * Config::kDqRows : 0;  // in the block
-        turns.wait(bp, p, b, qb, s, slab);
         sm90::tensor_reduce_add(&params.dq_map, ss.dq + slab * kBlockM * Config::kDqSlabCols + row0 * Config::kDqSlabCols,
                                 slab * Config::kDqSlabCols, static_cast<int>(dq_rows.dq_row0 + qb.q0 + row0),
                                 static_cast<int>(dq_rows.dq_plane));
         sm90::bulk_commit_group();
       }
-      turns.end_block();
     }
   };
 
@@ -356,10 +351,7 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
     blk = blocks.next(blk);
   }
   if (blocks.n_iters > 0) dq_block(prev, blocks.n_iters - 1);
-  if (wg_leader) {
-    turns.pass();
-    sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
-  }
+  if (wg_leader) sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
 
   // dK = scale * sum dS^T Q and dV to global memory, rows past seqlen_k dropped (and zeroed up
   // to the sequence's rows when seqused_k leaves some unused).
