@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ncu profiles behind the WORKLOG's analyses, clocks left alone (--clock-control none: device
-# METHOD.md). Usage: scripts/ncu_profile.sh decode|fp8|fp8-source|bwd
+# METHOD.md). Usage: scripts/ncu_profile.sh decode|fp8|fp8-source|bwd|bwd-deterministic
 #   decode: flash decode's kernels (32 query / 8 KV heads, d = 128, one new token) at batch 1 x 8k
 #           keys (split + combine), batch 1 x 64k (one wave of long splits) and batch 64 x 16k (no
 #           split, two waves) -> $OUT/ncu-decode.txt ("Flash decode", second pass)
@@ -13,6 +13,8 @@
 #           scripts/ncu_source_summary.py (K7, fourth pass)
 #   bwd:    bwd_sm90's main kernel and cuDNN's backward (torch SDPA) on one problem (d = 128,
 #           s = 8k, 16 heads, batch 2, non-causal) -> $OUT/ncu-bwd.txt ("bwd_sm90")
+#   bwd-deterministic: bwd_sm90's main kernel, default and deterministic mode, the same problem
+#           -> $OUT/ncu-bwd-deterministic.txt ("bwd_sm90", session 34)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-check-out}
@@ -92,8 +94,23 @@ PY
       python3 /tmp/cudnn_bwd_once.py >>"$out/ncu-bwd.txt" 2>&1
     echo "ncu: wrote $out/ncu-bwd.txt"
     ;;
+  bwd-deterministic)
+    # bwd_sm90's main kernel in the default mode (fp32 dQ) and the deterministic one (int64
+    # fixed-point dQ) on one problem, with the L2 reduction traffic and the pipes' use
+    # (WORKLOG, "bwd_sm90", session 34).
+    sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
+              --section InstructionStats --section ComputeWorkloadAnalysis)
+    metrics=lts__t_sectors_op_red.sum,lts__t_requests_op_red.sum,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+    for mode in "" --deterministic; do
+      echo "=== bwd_sm90 ${mode:-default} ===" >>"$out/ncu-bwd-deterministic.txt"
+      ncu --clock-control none "${sections[@]}" --metrics "$metrics" --kernel-name regex:bwd_sm90_kernel \
+        --launch-count 1 "$bench" bwd_sm90 --bwd $mode --seqlen 8192 --headdim 128 --batch 2 --heads 16 \
+        --iters 1 --warmup 0 >>"$out/ncu-bwd-deterministic.txt" 2>&1
+    done
+    echo "ncu: wrote $out/ncu-bwd-deterministic.txt"
+    ;;
   *)
-    echo "usage: scripts/ncu_profile.sh decode|fp8|bwd" >&2
+    echo "usage: scripts/ncu_profile.sh decode|fp8|fp8-source|bwd|bwd-deterministic" >&2
     exit 2
     ;;
 esac
