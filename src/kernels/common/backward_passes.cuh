@@ -40,7 +40,8 @@ struct DqStage {
   static_assert(ElemBytes == 4 || ElemBytes == 8, "fp32 or int64");
   static constexpr int kSlabCols = 128 / ElemBytes;
   static constexpr int kChunkElems = 16 / ElemBytes;
-  static constexpr int kGroupShift = ElemBytes == 4 ? 5 : 6;  // log2(16 * kGroupChunks)
+  static constexpr int kGroupChunks = ElemBytes / 2;          // 16-byte chunks per 8 columns
+  static constexpr int kGroupShift = kGroupChunks == 2 ? 5 : 6;  // log2(16 * kGroupChunks)
   __host__ __device__ static constexpr int offset(int row, int col) {  // in elements
     return (col / kSlabCols) * BlockM * kSlabCols + row * kSlabCols +
            ((col % kSlabCols / kChunkElems) ^ (row % 8)) * kChunkElems + col % kChunkElems;
@@ -153,9 +154,9 @@ __global__ void __launch_bounds__(kAbsMaxThreads) backward_abs_max_kv_kernel(Bwd
 
 // ---- Pre-pass: row statistics (LSE * log2 e, D = rowsum(dO * O)) and the zeroed dQ workspace ---
 // D / 8 lanes per query row, one 16-byte chunk of O and of dO each; the same lanes zero the row's
-// D fp32 of the dQ accumulator (which the main kernel adds into), so that the workspace needs no
-// separate memset pass. One CTA row per (batch entry or sequence, query head), its rows padded to
-// kRowStatsAlign (a sequence's CTAs past them return).
+// D fp32 (or int64) of the dQ accumulator (which the main kernel adds into), so that the
+// workspace needs no separate memset pass. One CTA row per (batch entry or sequence, query head),
+// its rows padded to kRowStatsAlign (a sequence's CTAs past them return).
 
 constexpr int kRowStatsThreads = 256;
 

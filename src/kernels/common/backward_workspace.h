@@ -86,9 +86,10 @@ constexpr int64_t dq_turn_count(int batch, int heads_q, int seqlen_q) {
   return int64_t(batch) * heads_q * dq_turn_blocks(seqlen_q) * kDqTurnSlots;
 }
 
-// Allocates the workspace on the stream, zeroes the turn counters (the row-statistics pre-pass
-// zeroes dq_accum), runs launch(bp) with bp's workspace pointers set, and frees the workspace in
-// stream order. `kernel` names the backward in the error messages.
+// Allocates the workspace on the stream (laid out for bp.dq_fixed_point), zeroes the turn counters
+// or abs_max_kv (the row-statistics pre-pass zeroes dq_accum), runs launch(bp) with bp's workspace
+// pointers set, and frees the workspace in stream order. `kernel` names the backward in the error
+// messages.
 template <class Launch>
 Status with_backward_workspace(const BwdProblem& problem, cudaStream_t stream, const char* kernel,
                                Launch launch) {
