@@ -205,15 +205,20 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
   // workspace by this warpgroup's leader, one TMA reduction per 32-column slab (rows past
   // seqlen_q lie outside the tensor map: skipped). Its wait also completes the GEMMs issued
   // before it.
-  auto dq_block = [&](QBlock qb, int i) {
+  // dq_issue(i) issues the GEMM; dq_finish(qb, i, tdQ), once a wait has completed it, hands the
+  // buffer back and stages and adds dQ_i; dq_block(qb, i) does both.
+  using DqFragment = decltype(partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<D>>{}));
+  auto dq_issue = [&](int i) {
     const int buf = i % 2;
     cutlass::arch::ClusterBarrier::wait(&ss.ds_ready[buf], (i / 2) % 2);
     Tensor tdQrdS = thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ss.ds[buf]), typename Config::DsViewLayout{}));
-    Tensor tdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<D>>{});
+    DqFragment tdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<D>>{});
     sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrK, tdQ);
-    warpgroup_wait<0>();
+    return tdQ;
+  };
+  auto dq_finish = [&](QBlock qb, int i, DqFragment& tdQ) {
     sm90::fence_after_wait(tdQ);
-    cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[buf]);
+    cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[i % 2]);
 
     Tensor dq_rc = sm90::as_rowcol(tdQ);
     // Fixed point: each row's power of two (the pre-pass's), read before the staging is free.
@@ -263,6 +268,11 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
       }
     }
   };
+  auto dq_block = [&](QBlock qb, int i) {
+    auto tdQ = dq_issue(i);
+    warpgroup_wait<0>();
+    dq_finish(qb, i, tdQ);
+  };
 
   if (blocks.n_iters > 0) sm90::OnceBarrier::wait(ss.kv_barrier);
   typename Pipeline::State st = Pipeline::consumer_start();
@@ -275,16 +285,30 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
     Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
     // The previous block's dQ: the two warpgroups meet only through the dS^T buffers, a block
     // apart, so one's softmax can run during the other's GEMMs (in lockstep, both left the tensor
-    // cores idle at once). At d = 64 its GEMM queues behind S^T and dP^T; at d = 128 it runs
-    // first: S^T, dP^T and dQ in flight together with dK and dV do not fit 240 registers (ptxas
-    // serialized the WGMMAs, C7512, and spilled).
+    // cores idle at once). S^T, dP^T and dQ in flight together with dK and dV do not fit 240
+    // registers but at d = 64's 64-row blocks (ptxas serialized the WGMMAs, C7512, and spilled):
+    // - d = 64, 64-row blocks: dQ's GEMM queues behind S^T's and dP^T's;
+    // - d = 128: dQ's GEMM and S^T's run together, dQ is staged while S^T's runs, then dP^T's
+    //   is issued (measured against dQ first: +0.8% over the sweep, +3.5% in the deterministic
+    //   mode; WORKLOG, "bwd_sm90", session 35);
+    // - d = 64, 128-row blocks: dQ first, then S^T and dP^T (beside S^T it measured 0.997x).
     constexpr bool kDqBehindSdP = D <= 64 && kBlockM == 64;
-    if (!kDqBehindSdP && it > 0) dq_block(prev, it - 1);
-    sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ, tSrS);
-    sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO, tSrdP);
-    if (kDqBehindSdP && it > 0) {
-      dq_block(prev, it - 1);
+    constexpr bool kDqBesideS = D > 64;
+    if (!kDqBesideS || it == 0) {
+      if (!kDqBehindSdP && it > 0) dq_block(prev, it - 1);
+      sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ, tSrS);
+      sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO, tSrdP);
+      if (kDqBehindSdP && it > 0) {
+        dq_block(prev, it - 1);
+      } else {
+        warpgroup_wait<0>();
+      }
     } else {
+      auto tdQ = dq_issue(it - 1);
+      sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ, tSrS);
+      warpgroup_wait<1>();  // dQ's GEMM (S^T's may still run)
+      dq_finish(prev, it - 1, tdQ);
+      sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO, tSrdP);
       warpgroup_wait<0>();
     }
     sm90::fence_after_wait(tSrS, tSrdP);
