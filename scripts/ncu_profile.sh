@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ncu profiles behind the WORKLOG's analyses, clocks left alone (--clock-control none: device
-# METHOD.md). Usage: scripts/ncu_profile.sh decode|fp8|fp8-source|bwd|bwd-deterministic
+# METHOD.md). Usage: scripts/ncu_profile.sh decode|fp8|fp8-source|bwd|bwd-deterministic|bwd-source
 #   decode: flash decode's kernels (32 query / 8 KV heads, d = 128, one new token) at batch 1 x 8k
 #           keys (split + combine), batch 1 x 64k (one wave of long splits) and batch 64 x 16k (no
 #           split, two waves) -> $OUT/ncu-decode.txt ("Flash decode", second pass)
@@ -15,6 +15,10 @@
 #           s = 8k, 16 heads, batch 2, non-causal) -> $OUT/ncu-bwd.txt ("bwd_sm90")
 #   bwd-deterministic: bwd_sm90's main kernel, default and deterministic mode, the same problem
 #           -> $OUT/ncu-bwd-deterministic.txt ("bwd_sm90", session 34)
+#   bwd-source: bwd_sm90's main kernel at d = 64 and 128 (s = 8k, 2048 / d heads, batch 2,
+#           non-causal) with the source counters, the shared-memory tables and the tensor and XU pipes ->
+#           $OUT/ncu-bwd-source-d<d>.txt and $OUT/src-bwd-d<d>.csv.gz (scripts/ncu_source_summary.py;
+#           "bwd_sm90", session 35)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-check-out}
@@ -109,8 +113,21 @@ PY
     done
     echo "ncu: wrote $out/ncu-bwd-deterministic.txt"
     ;;
+  bwd-source)
+    sections=(--section SpeedOfLight --section WarpStateStats --section SourceCounters --section InstructionStats
+              --section MemoryWorkloadAnalysis_Tables --import-source no)
+    metrics=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active
+    for d in 64 128; do
+      ncu --clock-control none "${sections[@]}" --metrics "$metrics" -f -o "/tmp/ncu-bwd-d$d" \
+        --kernel-name regex:bwd_sm90_kernel --launch-count 1 "$bench" bwd_sm90 --bwd --seqlen 8192 \
+        --headdim "$d" --batch 2 --heads $((2048 / d)) --iters 1 --warmup 0 >"$out/ncu-bwd-source-d$d.txt" 2>&1
+      ncu -i "/tmp/ncu-bwd-d$d.ncu-rep" --page details >>"$out/ncu-bwd-source-d$d.txt" 2>&1
+      ncu -i "/tmp/ncu-bwd-d$d.ncu-rep" --page source --csv --print-source sass | gzip >"$out/src-bwd-d$d.csv.gz"
+    done
+    echo "ncu: wrote $out/ncu-bwd-source-d{64,128}.txt $out/src-bwd-d{64,128}.csv.gz"
+    ;;
   *)
-    echo "usage: scripts/ncu_profile.sh decode|fp8|fp8-source|bwd|bwd-deterministic" >&2
+    echo "usage: scripts/ncu_profile.sh decode|fp8|fp8-source|bwd|bwd-deterministic|bwd-source" >&2
     exit 2
     ;;
 esac

@@ -192,8 +192,12 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
   const int dq_row0 = get<0>(dq_coord_rc(0, 0)), dq_col0 = get<1>(dq_coord_rc(0, 0));
   const uint32_t dq_stage = static_cast<uint32_t>(__cvta_generic_to_shared(ss.dq));
   using DqStaging = typename Config::DqStaging;
-  const uint32_t dq_row_base = DqStaging::row_base(dq_row0, dq_col0 % 8) +
-                               DqStaging::byte_offset(0, dq_col0 - dq_col0 % 8);
+  // A thread's rows are dq_row0 + 8 i: all odd or all even. Odd rows store the partner group's
+  // columns through the swapped base (DqStage::kOddRowGroupSwap: no bank conflicts).
+  const bool odd_rows = dq_row0 % 2 == 1;
+  const uint32_t dq_even_base = DqStaging::row_base(dq_row0, dq_col0 % 8) +
+                                DqStaging::byte_offset(0, dq_col0 - dq_col0 % 8);
+  const uint32_t dq_row_base = odd_rows ? DqStaging::swapped(dq_even_base) : dq_even_base;
   const float scale_log2 = Score::log2_factor(p);
   const Mask mask(p);
   const Score score(p);
@@ -230,6 +234,9 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
     }
     if (wg_leader) sm90::bulk_wait_read<0>();
     NamedBarrier::sync(128, kDqStageBarrier + warpgroup);
+    // Fragment columns (c, c + 1) are 8-column group c / 2; the partner group's are c ^ kSwapCols.
+    constexpr int kSwapCols = 2 * DqStaging::kOddRowGroupSwap;
+    static_assert(size<1>(dq_rc) % (2 * kSwapCols) == 0, "the partner group lies in the thread's fragment");
     CUTE_UNROLL
     for (int r = 0; r < size<0>(dq_rc); ++r)
       CUTE_UNROLL
@@ -239,12 +246,14 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
         // The row's offset: 8 rows per r within a 64-row atom, 64 rows per atom (kBlockM = 128).
         const int drow = get<0>(dq_coord_rc(r, 0)) - dq_row0;
         const uint32_t addr = dq_stage + DqStaging::byte_offset(dq_row_base, dcol) + drow * 128;
+        const float lo = odd_rows ? dq_rc(r, c ^ kSwapCols) : dq_rc(r, c);
+        const float hi = odd_rows ? dq_rc(r, (c ^ kSwapCols) + 1) : dq_rc(r, c + 1);
         if constexpr (Config::kFixedPointDq) {
-          const long long lo = __float2ll_rn(dq_rc(r, c) * row_scale[r]);
-          const long long hi = __float2ll_rn(dq_rc(r, c + 1) * row_scale[r]);
-          asm volatile("st.shared.v2.b64 [%0], {%1, %2};\n" ::"r"(addr), "l"(lo), "l"(hi) : "memory");
+          const long long lo_fixed = __float2ll_rn(lo * row_scale[r]);
+          const long long hi_fixed = __float2ll_rn(hi * row_scale[r]);
+          asm volatile("st.shared.v2.b64 [%0], {%1, %2};\n" ::"r"(addr), "l"(lo_fixed), "l"(hi_fixed) : "memory");
         } else {
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq_rc(r, c)), "f"(dq_rc(r, c + 1)) : "memory");
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(lo), "f"(hi) : "memory");
         }
       }
     sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads

@@ -52,6 +52,19 @@ struct DqStage {
   __host__ __device__ static constexpr uint32_t byte_offset(uint32_t row_base, int col) {
     return (row_base ^ ((col % kSlabCols / 8) << kGroupShift)) + (col / kSlabCols) * BlockM * 128;
   }
+  // A warp's pair stores (8 rows x 4 lanes, 2 elements each) go out in phases of 128 bytes: 16
+  // lanes (4 rows) of 8-byte stores, 8 lanes (2 rows) of 16-byte ones. Rows r and r ^ 1 put an
+  // 8-column group on the same chunks (the swizzle XORs r % 8 into the chunk index, and a group
+  // spans kGroupChunks aligned chunks), so a phase storing one group hits each of its banks twice:
+  // ncu measured twice the ideal wavefronts on bwd_sm90's dQ staging (session 35). So in each
+  // store the lanes of odd rows write group k ^ kOddRowGroupSwap (in the same slab) where the
+  // others write group k: every phase then covers 8 distinct chunks (tests/cpu). swapped(base):
+  // the row base of a thread whose rows are odd, with which byte_offset(swapped(base), col) is the
+  // address of column col ^ (8 kOddRowGroupSwap).
+  static constexpr int kOddRowGroupSwap = ElemBytes == 4 ? 2 : 1;
+  __host__ __device__ static constexpr uint32_t swapped(uint32_t row_base) {
+    return row_base ^ (kOddRowGroupSwap << kGroupShift);
+  }
 };
 
 // The query rows of (batch entry or sequence b, query head h) as the row passes see them: how
