@@ -167,11 +167,15 @@ __device__ __forceinline__ void split_keys_consumers(const typename SplitKeysCon
   const int dq_row0 = get<0>(dq_coord_rc(0, 0)), dq_col0 = get<1>(dq_coord_rc(0, 0));
   // This thread's staging row base for each 8-column group of a slab (DqStage's XOR form): a
   // store's address is one of them plus immediates.
+  // A thread's rows are all odd or all even: odd ones store the partner group's columns through
+  // the swapped bases (DqStage::kOddRowGroupSwap: no bank conflicts).
+  const bool odd_rows = dq_row0 % 2 == 1;
+  const uint32_t even_base =
+      DqStage<kBlockM>::row_base(dq_row0, dq_col0 % 8) + DqStage<kBlockM>::byte_offset(0, dq_col0 - dq_col0 % 8);
+  const uint32_t dq_row_base = odd_rows ? DqStage<kBlockM>::swapped(even_base) : even_base;
   uint32_t row_bases[Config::kDqSlabCols / 8];
   CUTE_UNROLL
-  for (int g = 0; g < Config::kDqSlabCols / 8; ++g)
-    row_bases[g] = DqStage<kBlockM>::byte_offset(
-        DqStage<kBlockM>::row_base(dq_row0, dq_col0 % 8) + DqStage<kBlockM>::byte_offset(0, dq_col0 - dq_col0 % 8), g * 8);
+  for (int g = 0; g < Config::kDqSlabCols / 8; ++g) row_bases[g] = DqStage<kBlockM>::byte_offset(dq_row_base, g * 8);
   constexpr int kSlabs = Config::kDqCols / Config::kDqSlabCols;  // per warpgroup
   DqSlabTurns<kDeterministic, kSlabs, kBlockM, kBlockN> turns(
       p, kv_block, (p.seqlen_k + kBlockN - 1) / kBlockN);
@@ -193,6 +197,9 @@ __device__ __forceinline__ void split_keys_consumers(const typename SplitKeysCon
       if (slice == 0) cutlass::arch::ClusterBarrier::wait(&ss.stage_consumed[st_i.index], st_i.phase);
       if (slice == Config::kDqSlices - 1) cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[buf]);
       Tensor dq_rc = sm90::as_rowcol(tdQ);
+      // Fragment columns (c, c + 1) are 8-column group c / 2; the partner group's are c ^ kSwapCols.
+      constexpr int kSwapCols = 2 * DqStage<kBlockM>::kOddRowGroupSwap;
+      static_assert(size<1>(dq_rc) % (2 * kSwapCols) == 0, "the partner group lies in the slice");
       CUTE_UNROLL
       for (int r = 0; r < size<0>(dq_rc); ++r)
         CUTE_UNROLL
@@ -202,7 +209,9 @@ __device__ __forceinline__ void split_keys_consumers(const typename SplitKeysCon
           const int col = slice * Config::kDqSliceCols + get<1>(dq_coord_rc(r, c)) - dq_col0;
           const uint32_t addr = stage_addr + row_bases[col % Config::kDqSlabCols / 8] +
                                 DqStage<kBlockM>::byte_offset(0, col - col % Config::kDqSlabCols) + r * 1024;
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq_rc(r, c)), "f"(dq_rc(r, c + 1)) : "memory");
+          const float lo = odd_rows ? dq_rc(r, c ^ kSwapCols) : dq_rc(r, c);
+          const float hi = odd_rows ? dq_rc(r, (c ^ kSwapCols) + 1) : dq_rc(r, c + 1);
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(lo), "f"(hi) : "memory");
         }
     }
     sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
