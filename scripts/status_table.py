@@ -23,10 +23,10 @@ BEGIN, END = "<!-- status-table:begin -->", "<!-- status-table:end -->"
 HEADLINES = [
     ("forward, bf16 (auto)", "2026-11-26-h100-peers-auto-ce5400e.json", "auto", ["cudnn"], "fwd"),
     ("forward, bf16 (auto)", "2026-11-26-h100-peers-auto-ce5400e.json", "auto", ["fa3"], "fwd"),
-    ("backward, bf16 (bwd_sm90)", "2026-11-26-h100-peers-bwd-sm90-faaff89.json", "bwd_sm90", ["cudnn"], "bwd"),
-    ("backward, deterministic (auto)", "2026-11-26-h100-peers-bwd-deterministic-faaff89.json",
+    ("backward, bf16 (bwd_sm90)", "2026-11-26-h100-peers-bwd-sm90-fae5dd6.json", "bwd_sm90", ["cudnn"], "bwd"),
+    ("backward, deterministic (auto)", "2026-11-26-h100-peers-bwd-deterministic-fae5dd6.json",
      "auto_deterministic", ["cudnn"], "bwd"),
-    ("training step (fwd + bwd)", "2026-11-26-h100-peers-step-faaff89.json", "hfa", ["cudnn"], "step"),
+    ("training step (fwd + bwd)", "2026-11-26-h100-peers-step-fae5dd6.json", "hfa", ["cudnn"], "step"),
     ("forward, variable-length batches (k6)", "2026-11-26-h100-varlen-peers-ce5400e.json", "k6", ["fa3"], "fwd_varlen"),
     ("backward, variable-length batches (bwd_sm90)", "2026-11-24-h100-varlen-bwd-a6a911c.json", "bwd_sm90",
      ["sdpa_flash"], "bwd_varlen"),
