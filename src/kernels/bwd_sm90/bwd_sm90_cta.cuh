@@ -207,6 +207,17 @@ __device__ __forceinline__ void run_backward_cta(const typename Config::Params& 
   consumers(ss, p, cta.at, blocks, cta.kv_block, cta.k0, cta.hk, cta.b);
 }
 
+// The (LSE2, D) statistics of queries q and q + 1 (q even) of a ring stage's block, as (LSE2_q,
+// D_q, LSE2_q+1, D_q+1): one 16-byte shared-memory load. (A plain read of ss.stats compiles to two
+// 4-byte generic loads: aligned_shared_storage aligns the storage by integer arithmetic, which
+// hides its address space from the compiler. Volatile: it stays after the stage's barrier wait.)
+__device__ __forceinline__ float4 load_stat_pair(const float2* stats, int q) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(stats + q));
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
+  return v;
+}
+
 // The keys of a KV block (block-relative) that `query` sees: [begin, limit) by the Mask; a block
 // that needs no mask (it crosses no causal diagonal, window edge or end of the keys) pays for no
 // compares.

@@ -332,19 +332,25 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
     Tensor dp_rc = sm90::as_rowcol(tSrdP);
     const float2* stats = ss.stats[st.index];
     const bool needs_mask = !mask.covers(blk.q0, blk.q0 + kBlockM - 1, k0, k0 + kBlockN);
+    // A thread's columns come in pairs (c, c + 1) = queries (q, q + 1), q even: one load of their
+    // statistics per pair.
     CUTE_UNROLL
-    for (int c = 0; c < size<1>(s_rc); ++c) {
-      const int q = get<1>(c_rc(0, c));
-      const float2 stat = stats[q];  // (LSE2, D)
-      const VisibleKeys<Mask> keys(mask, needs_mask, blk.q0 + q, k0, kBlockN);
+    for (int c = 0; c < size<1>(s_rc); c += 2) {
+      const float4 pair = load_stat_pair(stats, get<1>(c_rc(0, c)));
       CUTE_UNROLL
-      for (int r = 0; r < size<0>(s_rc); ++r) {
-        const bool seen = keys.sees(get<0>(c_rc(r, c)));
-        if constexpr (Score::kTransforms) {
-          transformed_p_and_ds(score, scale_log2, stat, seen, s_rc(r, c), dp_rc(r, c));
-        } else {
-          const float prob = exp2_approx(fmaf(s_rc(r, c), scale_log2, -stat.x));
-          s_rc(r, c) = seen ? prob : 0.f;
+      for (int h = 0; h < 2; ++h) {
+        const int q = get<1>(c_rc(0, c + h));
+        const float2 stat = h == 0 ? make_float2(pair.x, pair.y) : make_float2(pair.z, pair.w);  // (LSE2, D)
+        const VisibleKeys<Mask> keys(mask, needs_mask, blk.q0 + q, k0, kBlockN);
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(s_rc); ++r) {
+          const bool seen = keys.sees(get<0>(c_rc(r, c + h)));
+          if constexpr (Score::kTransforms) {
+            transformed_p_and_ds(score, scale_log2, stat, seen, s_rc(r, c + h), dp_rc(r, c + h));
+          } else {
+            const float prob = exp2_approx(fmaf(s_rc(r, c + h), scale_log2, -stat.x));
+            s_rc(r, c + h) = seen ? prob : 0.f;
+          }
         }
       }
     }
@@ -356,10 +362,13 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
     sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_dkv, tdVrP, tdVrdO, tdV);
     if constexpr (!Score::kTransforms) {
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(dp_rc); ++c) {
-        const float d_row = stats[get<1>(c_rc(0, c))].y;
+      for (int c = 0; c < size<1>(dp_rc); c += 2) {
+        const float4 pair = load_stat_pair(stats, get<1>(c_rc(0, c)));
         CUTE_UNROLL
-        for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) = s_rc(r, c) * (dp_rc(r, c) - d_row);
+        for (int r = 0; r < size<0>(dp_rc); ++r) {
+          dp_rc(r, c) = s_rc(r, c) * (dp_rc(r, c) - pair.y);
+          dp_rc(r, c + 1) = s_rc(r, c + 1) * (dp_rc(r, c + 1) - pair.w);
+        }
       }
     }
     Tensor tdKrdS = sm90::acc_to_a_operand<E>(tSrdP);
