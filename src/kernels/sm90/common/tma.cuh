@@ -61,8 +61,11 @@ struct KMajorBytes {
 template <class Storage>
 __device__ __forceinline__ Storage& aligned_shared_storage() {
   extern __shared__ char smem_raw[];
-  const uintptr_t p = (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023};
-  return *reinterpret_cast<Storage*>(p);
+  // Aligned by an offset from smem_raw (not by integer arithmetic on its address), so that the
+  // compiler still knows the storage is shared memory and plain accesses compile to LDS / STS
+  // rather than generic loads and stores.
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  return *reinterpret_cast<Storage*>(smem_raw + ((1024u - addr % 1024u) % 1024u));
 }
 
 // Element addressing of a TileLayout tile (2-byte elements) for code that reads it with plain
