@@ -151,6 +151,7 @@ __device__ __forceinline__ void produce_q_blocks(const typename Config::Params& 
                               whole.k_rows(), p.heads_kv, whole.tma_batch(), hk, tma_b, kv_block, at.k);
   typename Pipeline::State st = Pipeline::producer_start();
   auto blk = blocks.first();
+#pragma unroll 1  // (unrolled, the loop spilled the 24 registers)
   for (int it = 0; it < blocks.n_iters; ++it) {
     constexpr uint32_t kStatBytes = kBlockM * sizeof(float2);
     Pipeline::producer_acquire(ss.pipeline, st, 2 * kBlockM * D * sizeof(E) + kStatBytes);
@@ -169,20 +170,30 @@ __device__ __forceinline__ void produce_q_blocks(const typename Config::Params& 
   }
 }
 
+// No role for the producer warpgroup's second warp (run_backward_cta's default).
+struct NoWarpRole {
+  template <class... Args>
+  __device__ void operator()(Args&...) const {}
+};
+
 // The CTA's roles: thread 0 initializes the barriers; after the CTA's barrier the producer
-// warpgroup gives up registers and its thread 0 streams the Q blocks, the consumer warpgroups
-// take the registers. Returns true for the producer warpgroup (done: the caller returns).
-template <class Config, bool kVarlen, class Storage>
+// warpgroup gives up registers, its thread 0 streams the Q blocks and its second warp (warp 1)
+// runs second_warp(); the consumer warpgroups take the registers. Returns true for the producer
+// warpgroup (done: the caller returns).
+template <class Config, bool kVarlen, class Storage, class SecondWarp>
 __device__ __forceinline__ bool run_producer(const typename Config::Params& params, Storage& ss,
                                             const FwdProblem& p, const SequenceOffsets& at,
                                             const BackwardQBlocks<Config::kBlockM>& blocks,
-                                            int kv_block, int hk, int b) {
+                                            int kv_block, int hk, int b, SecondWarp second_warp) {
   if (threadIdx.x == 0) init_barriers<Config>(ss);
   __syncthreads();
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
-    if (threadIdx.x == 0 && blocks.n_iters > 0)
+    if (threadIdx.x == 0 && blocks.n_iters > 0) {
       produce_q_blocks<Config, kVarlen>(params, ss, p, at, blocks, kv_block, hk, b);
+    } else if (threadIdx.x / 32 == 1) {
+      second_warp();
+    }
     return true;
   }
   cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
@@ -192,10 +203,11 @@ __device__ __forceinline__ bool run_producer(const typename Config::Params& para
 // A CTA of either arrangement: its view of the problem (CtaSequence; p, the problem as the CTA sees
 // it, of which only the lengths and the first query row live through the walk), the exit of a
 // block past its sequence's keys, the Q blocks it visits, the barriers and the producer warpgroup;
-// then consumers(ss, p, at, blocks, kv_block, k0, hk, b) on the two consumer warpgroups.
-template <class Config, typename T, bool kVarlen, class Consumers>
+// then consumers(ss, p, at, blocks, kv_block, k0, hk, b) on the two consumer warpgroups and
+// second_warp(the same) on the producer warpgroup's warp 1.
+template <class Config, typename T, bool kVarlen, class Consumers, class SecondWarp = NoWarpRole>
 __device__ __forceinline__ void run_backward_cta(const typename Config::Params& params, bool reversed,
-                                                 Consumers consumers) {
+                                                 Consumers consumers, SecondWarp second_warp = {}) {
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, D = Config::kHeadDim;
   auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const BwdProblem& bp = params.problem;
@@ -203,7 +215,10 @@ __device__ __forceinline__ void run_backward_cta(const typename Config::Params& 
   const FwdProblem& p = kVarlen ? cta.sequence : bp.fwd;
   if (past_the_keys<T, D, kBlockN, kVarlen>(bp, p, cta.b, cta.hk, cta.k0)) return;
   const BackwardQBlocks<kBlockM> blocks(p, cta.hk, cta.k0, kBlockN);
-  if (run_producer<Config, kVarlen>(params, ss, p, cta.at, blocks, cta.kv_block, cta.hk, cta.b)) return;
+  if (run_producer<Config, kVarlen>(params, ss, p, cta.at, blocks, cta.kv_block, cta.hk, cta.b, [&] {
+        second_warp(ss, p, cta.at, blocks, cta.kv_block, cta.k0, cta.hk, cta.b);
+      }))
+    return;
   consumers(ss, p, cta.at, blocks, cta.kv_block, cta.k0, cta.hk, cta.b);
 }
 

@@ -18,8 +18,11 @@
 //                   (the warpgroups meet only through those buffers, so they need not run in
 //                   lockstep: one's exponentials can run during the other's GEMMs)
 //                   and dQ_i (fp32) leaves through shared memory and TMA tensor reductions into
-//                   the fp32 workspace (one per 32-column slab, issued by one thread per
-//                   warpgroup), converted to the output dtype by the post-pass.
+//                   the fp32 workspace (one per 32-column slab), converted to the output dtype by
+//                   the post-pass
+//   dQ writer warp  (the producer warpgroup's warp 1) issues those reductions once a warpgroup has
+//                   staged its part, and hands the staging back once they have read it, so the
+//                   consumer warps never wait for one thread's TMA issue (write_dq_blocks).
 // The pre-pass (D = rowsum(dO * O), LSE in base 2) and the post-pass are fa2's
 // (kernels/common/backward_passes.cuh); causal block skipping and the Q-block walk over the GQA
 // group too. Deterministic mode (a kernel of its own): dQ in 64-bit fixed point
@@ -58,9 +61,11 @@
 
 namespace hfa::bwd_sm90 {
 
-// Named barriers (CUTLASS adds its reserved ids): each warpgroup's dQ staging free (ids 1, 2) and
-// written (ids 3, 4).
-constexpr int kDqStageBarrier = 1;  // + warpgroup, and + 2 + warpgroup
+// Named barriers (CUTLASS adds its reserved ids) between consumer warpgroup w and the dQ writer
+// warp (write_dq_blocks; 160 threads each): w's dQ staging is free again (kDqFreeBarrier + w) and
+// written (kDqWrittenBarrier + w).
+constexpr int kDqFreeBarrier = 1, kDqWrittenBarrier = 3;
+constexpr int kDqBarrierThreads = 128 + 32;
 
 // BlockM, Stages: block_m() and stages() of the kernel's mode and mask (bwd_sm90_launch.h);
 // kFixedPointDq: the deterministic mode's int64 dQ staging (BwdProblem::dq_fixed_point).
@@ -151,6 +156,49 @@ __device__ __forceinline__ void store_fragment_rows(G* dst, int64_t row_stride, 
   }
 }
 
+// The dQ writer warp (warp 1 of the producer warpgroup): for every Q block of the walk and each
+// consumer warpgroup w in turn, waits for w's staging of the block's dQ (kDqWrittenBarrier + w),
+// adds it to the workspace by TMA reductions (lane 0: one per 32- or 16-column slab of w's part;
+// rows past seqlen_q lie outside the tensor map and are skipped), waits for them to have read the
+// staging and hands it back (kDqFreeBarrier + w; not after the last block, whose staging nobody
+// waits for). Before, each warpgroup's leader issued its reductions itself, and the other three
+// warps of the warpgroup waited for it at their next WGMMA (ncu at d = 128: ~16% of the consumer
+// warps' samples around the staging). The reductions complete before the CTA ends (the post-pass
+// reads the workspace).
+template <class Config, bool kVarlen>
+__device__ __forceinline__ void write_dq_blocks(const typename Config::Params& params,
+                                                typename Config::SharedStorage& ss, const SequenceOffsets& at,
+                                                const BackwardQBlocks<Config::kBlockM>& blocks, int b) {
+  using NamedBarrier = cutlass::arch::NamedBarrier;
+  constexpr int kBlockM = Config::kBlockM;
+  const bool leader = threadIdx.x % 32 == 0;
+  auto blk = blocks.first();
+#pragma unroll 1
+  for (int it = 0; it < blocks.n_iters; ++it) {
+    const WorkspaceRows dq_rows = workspace_rows(params.problem, b, blk.h, at.q, kVarlen);
+    for (int warpgroup = 0; warpgroup < 2; ++warpgroup) {
+      NamedBarrier::sync(kDqBarrierThreads, kDqWrittenBarrier + warpgroup);
+      if (leader) {
+        CUTE_UNROLL
+        for (int s = 0; s < Config::kSlabsPerWarpgroup; ++s) {
+          const int slab = Config::kDqSplitsRows ? s : warpgroup * Config::kSlabsPerWarpgroup + s;
+          const int row0 = Config::kDqSplitsRows ? warpgroup * Config::kDqRows : 0;  // in the block
+          sm90::tensor_reduce_add(&params.dq_map,
+                                  ss.dq + slab * kBlockM * Config::kDqSlabCols + row0 * Config::kDqSlabCols,
+                                  slab * Config::kDqSlabCols, static_cast<int>(dq_rows.dq_row0 + blk.q0 + row0),
+                                  static_cast<int>(dq_rows.dq_plane));
+          sm90::bulk_commit_group();
+        }
+        sm90::bulk_wait_read<0>();
+      }
+      __syncwarp();
+      if (it + 1 < blocks.n_iters) NamedBarrier::arrive(kDqBarrierThreads, kDqFreeBarrier + warpgroup);
+    }
+    blk = blocks.next(blk);
+  }
+  if (leader) sm90::bulk_wait<0>();
+}
+
 // The consumer warpgroups of one CTA (run_backward_cta gives them its view of the problem).
 template <typename T, int D, bool kDeterministic, bool kVarlen, class Mask, class Score, class Config>
 __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Params& params,
@@ -167,7 +215,6 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
   using NamedBarrier = cutlass::arch::NamedBarrier;
   const int mma_thread = threadIdx.x - 128;  // 0 .. 255
   const int warpgroup = mma_thread / 128;
-  const bool wg_leader = mma_thread % 128 == 0;
   typename Config::MmaSdP mma_sdp;
   typename Config::MmadKV mma_dkv;
   typename Config::MmadQ mma_dq;
@@ -205,12 +252,10 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
   static_assert(Config::kFixedPointDq == kDeterministic, "the deterministic mode sums dQ in fixed point here");
   // dQ of Q block i (iteration i), one block late: both warpgroups' halves of dS^T are in buffer
   // i % 2 (ds_ready); dQ_i = dS K_j; the buffer is free once both have done so (ds_free); dQ_i is
-  // staged (after the previous block's reduction has read the staging) and added to the
-  // workspace by this warpgroup's leader, one TMA reduction per 32-column slab (rows past
-  // seqlen_q lie outside the tensor map: skipped). Its wait also completes the GEMMs issued
-  // before it.
+  // staged (once the writer warp has handed the staging back from block i - 1) and the writer
+  // warp told (write_dq_blocks). Its wait also completes the GEMMs issued before it.
   // dq_issue(i) issues the GEMM; dq_finish(qb, i, tdQ), once a wait has completed it, hands the
-  // buffer back and stages and adds dQ_i; dq_block(qb, i) does both.
+  // buffer back and stages dQ_i for the writer warp; dq_block(qb, i) does both.
   using DqFragment = decltype(partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<D>>{}));
   auto dq_issue = [&](int i) {
     const int buf = i % 2;
@@ -232,8 +277,7 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
       CUTE_UNROLL
       for (int r = 0; r < size<0>(dq_rc); ++r) row_scale[r] = scales[get<0>(dq_coord_rc(r, 0))];
     }
-    if (wg_leader) sm90::bulk_wait_read<0>();
-    NamedBarrier::sync(128, kDqStageBarrier + warpgroup);
+    if (i > 0) NamedBarrier::sync(kDqBarrierThreads, kDqFreeBarrier + warpgroup);
     // Fragment columns (c, c + 1) are 8-column group c / 2; the partner group's are c ^ kSwapCols.
     constexpr int kSwapCols = 2 * DqStaging::kOddRowGroupSwap;
     static_assert(size<1>(dq_rc) % (2 * kSwapCols) == 0, "the partner group lies in the thread's fragment");
@@ -257,25 +301,7 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
         }
       }
     sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
-    // Only the leader's warp waits for the staging to be complete; the others go on. (Named
-    // barriers count whole warps: a warp must not split between sync and arrive.)
-    if (mma_thread % 128 < 32) {
-      NamedBarrier::sync(128, kDqStageBarrier + 2 + warpgroup);
-    } else {
-      NamedBarrier::arrive(128, kDqStageBarrier + 2 + warpgroup);
-    }
-    if (wg_leader) {
-      const WorkspaceRows dq_rows = workspace_rows(bp, b, qb.h, at.q, kVarlen);
-      CUTE_UNROLL
-      for (int s = 0; s < Config::kSlabsPerWarpgroup; ++s) {
-        const int slab = Config::kDqSplitsRows ? s : warpgroup * Config::kSlabsPerWarpgroup + s;
-        const int row0 = Config::kDqSplitsRows ? warpgroup * Config::kDqRows : 0;  // in the block
-        sm90::tensor_reduce_add(&params.dq_map, ss.dq + slab * kBlockM * Config::kDqSlabCols + row0 * Config::kDqSlabCols,
-                                slab * Config::kDqSlabCols, static_cast<int>(dq_rows.dq_row0 + qb.q0 + row0),
-                                static_cast<int>(dq_rows.dq_plane));
-        sm90::bulk_commit_group();
-      }
-    }
+    NamedBarrier::arrive(kDqBarrierThreads, kDqWrittenBarrier + warpgroup);
   };
   auto dq_block = [&](QBlock qb, int i) {
     auto tdQ = dq_issue(i);
@@ -393,7 +419,6 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
     blk = blocks.next(blk);
   }
   if (blocks.n_iters > 0) dq_block(prev, blocks.n_iters - 1);
-  if (wg_leader) sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
 
   // dK = scale * sum dS^T Q and dV to global memory, rows past seqlen_k dropped (and zeroed up
   // to the sequence's rows when seqused_k leaves some unused).
@@ -415,9 +440,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ typename ConfigFor<T, D, kDeterministic, Mask>::Params params) {
   using Config = ConfigFor<T, D, kDeterministic, Mask>;
   // No turns here (fixed-point dQ), so no reversed order for them.
-  run_backward_cta<Config, T, kVarlen>(params, /*reversed=*/false, [&](auto&... cta) {
-    keys_as_m_consumers<T, D, kDeterministic, kVarlen, Mask, Score, Config>(params, cta...);
-  });
+  run_backward_cta<Config, T, kVarlen>(
+      params, /*reversed=*/false,
+      [&](auto&... cta) { keys_as_m_consumers<T, D, kDeterministic, kVarlen, Mask, Score, Config>(params, cta...); },
+      [&](auto& ss, const FwdProblem&, const SequenceOffsets& at, const BackwardQBlocks<Config::kBlockM>& blocks,
+          int /*kv_block*/, int /*k0*/, int /*hk*/, int b) { write_dq_blocks<Config, kVarlen>(params, ss, at, blocks, b); });
 }
 
 template <typename T, int D, bool kDeterministic, bool kVarlen, class Mask, class Score>
