@@ -376,8 +376,8 @@ struct BackwardArgs {
   TensorView dsinks;
   // A name from list_backward_kernels(), or "auto": bwd_sm90 on Hopper (every head dim, every
   // variant), fa2 on other GPUs and for the deterministic mode where fa2's measured faster (512
-  // keys; under the causal mask below 2k keys at head_dim 128 and below 16k at 64; head_dim 256). Variable-length batches: bwd_sm90 (Hopper, every variant) and fa2 (sm80+, causal
-  // or not: no sliding window, softcap or sinks).
+  // keys; under the causal mask below 2k keys; head_dim 256). Variable-length batches: bwd_sm90
+  // (Hopper, every variant) and fa2 (sm80+, causal or not: no sliding window, softcap or sinks).
   std::string kernel = "auto";
   // dq, dk and dv bit-identical from run to run, whatever the number of SMs free for the launch.
   // dk and dv are always so (summed on chip in a fixed order); dq is summed over the KV blocks in

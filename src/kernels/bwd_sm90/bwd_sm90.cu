@@ -63,16 +63,15 @@ BackwardKernelEntry bwd_sm90_backward_entry() {
   e.auto_priority = 20;
   // The deterministic mode: bwd_sm90's sums dQ in fixed point at d <= 128 (no waiting, twice
   // the reduction bytes and three memory-bound passes around the kernel), fa2's in turn order.
-  // Measured on the H100 (docs/results/2026-11-26-h100-peers-bwd-deterministic-fixed-point-1cf2998.json,
-  // both next to cuDNN): bwd_sm90 faster without the mask from 1k keys (+2 to +24%), under the
-  // causal mask at d = 128 from 2k keys (+4 to +21%) and at d = 64 only at 16k (+4%; fa2 +5 to
-  // +27% below); fa2 faster at 512 keys everywhere and at d = 256 (turns in both, fa2 4-16%
-  // ahead: docs/results/2026-11-26-h100-bwd-sm90-d256-deterministic-verify.txt). "auto" ranks
-  // bwd_sm90 below fa2 (10) there.
+  // Measured on the H100 (docs/results/2026-11-27-h100-peers-bwd-deterministic-8fbc674.json,
+  // both next to cuDNN): bwd_sm90 faster without the mask from 1k keys (+12 to +68%), under the
+  // causal mask from 2k keys (d = 64 +2 to +26%, d = 128 +17 to +62%); fa2 faster at 512 keys
+  // (+4 to +30%), under the mask at 1k keys (+6 to +7%) and at d = 256 (turns in both, fa2 1-72%
+  // ahead). "auto" ranks bwd_sm90 below fa2 (10) there.
   e.auto_priority_for = [](const BwdProblem& p) {
     if (!p.deterministic) return 20;
     const FwdProblem& f = p.fwd;
-    const int from = !f.causal ? 1024 : f.head_dim == 128 ? 2048 : 16384;
+    const int from = !f.causal ? 1024 : 2048;
     return f.head_dim <= 128 && f.seqlen_k >= from ? 20 : 5;
   };
   e.check = check;
