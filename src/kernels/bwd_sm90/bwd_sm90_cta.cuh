@@ -223,9 +223,9 @@ __device__ __forceinline__ void run_backward_cta(const typename Config::Params& 
 }
 
 // The (LSE2, D) statistics of queries q and q + 1 (q even) of a ring stage's block, as (LSE2_q,
-// D_q, LSE2_q+1, D_q+1): one 16-byte shared-memory load. (A plain read of ss.stats compiles to two
-// 4-byte generic loads: aligned_shared_storage aligns the storage by integer arithmetic, which
-// hides its address space from the compiler. Volatile: it stays after the stage's barrier wait.)
+// D_q, LSE2_q+1, D_q+1): one 16-byte shared-memory load. (Written when aligned_shared_storage still
+// hid the address space, so that plain reads of ss.stats were 4-byte generic loads; kept for the
+// one 16-byte load per column pair. Volatile: it stays after the stage's barrier wait.)
 __device__ __forceinline__ float4 load_stat_pair(const float2* stats, int q) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(stats + q));
   float4 v;
