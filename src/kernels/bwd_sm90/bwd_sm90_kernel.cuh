@@ -329,6 +329,13 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
     // - d = 64, 128-row blocks: dQ first, then S^T and dP^T (beside S^T it measured 0.997x).
     constexpr bool kDqBehindSdP = D <= 64 && kBlockM == 64;
     constexpr bool kDqBesideS = D > 64;
+    // At d = 64 with 128-row blocks (the default mode without a window), P is computed while
+    // dP^T's GEMM runs: the wait before it leaves that GEMM (the last one issued) in flight, and
+    // dP^T is waited for once dV's GEMM is issued (as FlashAttention-3 orders them). Measured on
+    // the H100 (WORKLOG, "bwd_sm90", session 36): d = 64 1.025x, but d = 128 0.971x and the
+    // deterministic mode 0.992x, which keep the wait for both. (The softcap's loop computes P and
+    // dS together and needs both.)
+    constexpr int kWaitBeforeP = !Score::kTransforms && D == 64 && kBlockM == 128 ? 1 : 0;
     if (!kDqBesideS || it == 0) {
       if (!kDqBehindSdP && it > 0) dq_block(prev, it - 1);
       sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ, tSrS);
@@ -336,7 +343,7 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
       if (kDqBehindSdP && it > 0) {
         dq_block(prev, it - 1);
       } else {
-        warpgroup_wait<0>();
+        warpgroup_wait<kWaitBeforeP>();
       }
     } else {
       auto tdQ = dq_issue(it - 1);
@@ -344,9 +351,10 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
       warpgroup_wait<1>();  // dQ's GEMM (S^T's may still run)
       dq_finish(prev, it - 1, tdQ);
       sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO, tSrdP);
-      warpgroup_wait<0>();
+      warpgroup_wait<kWaitBeforeP>();
     }
-    sm90::fence_after_wait(tSrS, tSrdP);
+    sm90::fence_after_wait(tSrS);
+    if constexpr (kWaitBeforeP == 0) sm90::fence_after_wait(tSrdP);
 
     // P^T. A key is seen by a query iff it lies in the query's [key_begin, key_limit) (the Mask);
     // only KV blocks that cross the causal diagonal, a window's edge or the end of the keys pay
@@ -387,6 +395,10 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
     Tensor tdKrQ = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QtLayout{}));
     sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_dkv, tdVrP, tdVrdO, tdV);
     if constexpr (!Score::kTransforms) {
+      if constexpr (kWaitBeforeP == 1) {
+        warpgroup_wait<1>();  // dP^T's GEMM (dV's may still run)
+        sm90::fence_after_wait(tSrdP);
+      }
       CUTE_UNROLL
       for (int c = 0; c < size<1>(dp_rc); c += 2) {
         const float4 pair = load_stat_pair(stats, get<1>(c_rc(0, c)));
