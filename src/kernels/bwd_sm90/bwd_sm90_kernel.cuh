@@ -254,8 +254,10 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
   // i % 2 (ds_ready); dQ_i = dS K_j; the buffer is free once both have done so (ds_free); dQ_i is
   // staged (once the writer warp has handed the staging back from block i - 1) and the writer
   // warp told (write_dq_blocks). Its wait also completes the GEMMs issued before it.
-  // dq_issue(i) issues the GEMM; dq_finish(qb, i, tdQ), once a wait has completed it, hands the
-  // buffer back and stages dQ_i for the writer warp; dq_block(qb, i) does both.
+  // dq_issue(i) issues the GEMM; dq_store(qb, i, tdQ), once a wait has completed it, hands the
+  // buffer back and stores dQ_i into the staging; dq_publish() tells the writer warp, once the
+  // stores are done (the proxy fence waits for them: issuing a GEMM before it keeps that wait off
+  // the tensor cores' path); dq_block(qb, i) does all of it.
   using DqFragment = decltype(partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<D>>{}));
   auto dq_issue = [&](int i) {
     const int buf = i % 2;
@@ -265,7 +267,7 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
     sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrK, tdQ);
     return tdQ;
   };
-  auto dq_finish = [&](QBlock qb, int i, DqFragment& tdQ) {
+  auto dq_store = [&](QBlock qb, int i, DqFragment& tdQ) {
     sm90::fence_after_wait(tdQ);
     cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[i % 2]);
 
@@ -300,13 +302,16 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
           asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(lo), "f"(hi) : "memory");
         }
       }
+  };
+  auto dq_publish = [&] {
     sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
     NamedBarrier::arrive(kDqBarrierThreads, kDqWrittenBarrier + warpgroup);
   };
   auto dq_block = [&](QBlock qb, int i) {
     auto tdQ = dq_issue(i);
     warpgroup_wait<0>();
-    dq_finish(qb, i, tdQ);
+    dq_store(qb, i, tdQ);
+    dq_publish();
   };
 
   if (blocks.n_iters > 0) sm90::OnceBarrier::wait(ss.kv_barrier);
@@ -336,10 +341,21 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
     // deterministic mode 0.992x, which keep the wait for both. (The softcap's loop computes P and
     // dS together and needs both.)
     constexpr int kWaitBeforeP = !Score::kTransforms && D == 64 && kBlockM == 128 ? 1 : 0;
+    // With dQ first (d = 64's 128-row blocks), its staging is published once S^T's and dP^T's GEMMs
+    // are issued, so that the proxy fence's wait for the stores does not hold them back (H100 A/B,
+    // WORKLOG "bwd_sm90", session 37: d = 64 1.010x; the same after dP^T's issue at d = 128
+    // measured 0.982x, and with the softcap it spilled twice as much).
+    constexpr bool kPublishAfterSdP = !kDqBehindSdP && !kDqBesideS && !Score::kTransforms;
     if (!kDqBesideS || it == 0) {
-      if (!kDqBehindSdP && it > 0) dq_block(prev, it - 1);
+      if (!kDqBehindSdP && it > 0) {
+        auto tdQ = dq_issue(it - 1);
+        warpgroup_wait<0>();
+        dq_store(prev, it - 1, tdQ);
+        if (!kPublishAfterSdP) dq_publish();
+      }
       sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ, tSrS);
       sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO, tSrdP);
+      if (kPublishAfterSdP && it > 0) dq_publish();
       if (kDqBehindSdP && it > 0) {
         dq_block(prev, it - 1);
       } else {
@@ -349,7 +365,8 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
       auto tdQ = dq_issue(it - 1);
       sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ, tSrS);
       warpgroup_wait<1>();  // dQ's GEMM (S^T's may still run)
-      dq_finish(prev, it - 1, tdQ);
+      dq_store(prev, it - 1, tdQ);
+      dq_publish();
       sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO, tSrdP);
       warpgroup_wait<kWaitBeforeP>();
     }
