@@ -79,7 +79,8 @@ double round_to_e4m3(double x);
 // a kernel computes D from its rounded output: |dD_i| <= u sum_c |dO_ic O_ic| (u the unit
 // roundoff), dq_i moves by scale dD_i sum_j P_ij K_j and dk_j by scale sum_i P_ij dD_i Q_i.
 // Small where attention spreads; the size of the gradient itself where a row's mass sits on one
-// key and a sink (dS = P (dP - D) = P (1 - P) dP there, which that rounding can swamp).
+// key and a sink (dS = P (dP - D) = P (1 - P) dP there, which that rounding can swamp) or on a
+// few keys (a causal row near the top of a problem with seqlen_q > seqlen_k).
 struct RoundedOBound {
   double* dq;
   double* dk;
