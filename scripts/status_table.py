@@ -23,10 +23,10 @@ BEGIN, END = "<!-- status-table:begin -->", "<!-- status-table:end -->"
 HEADLINES = [
     ("forward, bf16 (auto)", "2026-11-27-h100-peers-auto-323fa72.json", "auto", ["cudnn"], "fwd"),
     ("forward, bf16 (auto)", "2026-11-27-h100-peers-auto-323fa72.json", "auto", ["fa3"], "fwd"),
-    ("backward, bf16 (bwd_sm90)", "2026-11-27-h100-peers-bwd-sm90-8fbc674.json", "bwd_sm90", ["cudnn"], "bwd"),
-    ("backward, deterministic (auto)", "2026-11-27-h100-peers-bwd-deterministic-auto-323fa72.json",
+    ("backward, bf16 (bwd_sm90)", "2026-11-27-h100-peers-bwd-sm90-95be734.json", "bwd_sm90", ["cudnn"], "bwd"),
+    ("backward, deterministic (auto)", "2026-11-27-h100-peers-bwd-deterministic-95be734.json",
      "auto_deterministic", ["cudnn"], "bwd"),
-    ("training step (fwd + bwd)", "2026-11-27-h100-peers-step-8fbc674.json", "hfa", ["cudnn"], "step"),
+    ("training step (fwd + bwd)", "2026-11-27-h100-peers-step-95be734.json", "hfa", ["cudnn"], "step"),
     ("forward, variable-length batches (k6)", "2026-11-26-h100-varlen-peers-ce5400e.json", "k6", ["fa3"], "fwd_varlen"),
     ("backward, variable-length batches (bwd_sm90)", "2026-11-24-h100-varlen-bwd-a6a911c.json", "bwd_sm90",
      ["sdpa_flash"], "bwd_varlen"),
