@@ -335,6 +335,54 @@ TEST(Reference, RoundedOBoundCoversDFromARoundedO) {
   EXPECT_GT(worst, 0.1);
 }
 
+// The same without a sink, on a row that sees two keys in fp16 (as the top rows of a causal
+// problem with seqlen_q > seqlen_k do; check_backward applies the bound to every problem since a
+// kernel's dq exceeded the tolerance there): dS_j = P_j (dP_j - D) moves by P_j (D - D(rounded O)).
+TEST(Reference, RoundedOBoundCoversAFewKeysWithoutSink) {
+  const int d = 64;
+  std::mt19937_64 rng(22);
+  std::normal_distribution<double> n(0.0, 1.0);
+  const Precision fp16 = Precision::kFP16;
+  double worst = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    Inputs in = random_inputs(make_shape(1, 1, 2, 1, 1, d, false), 300 + trial);
+    for (auto* t : {&in.q, &in.k, &in.v})
+      for (double& x : *t) x = round_to(fp16, x);
+    std::vector<double> dout(d);
+    for (double& x : dout) x = round_to(fp16, n(rng));
+    // The definitions: s_j = scale q.k_j, P = softmax(s), O = sum_j P_j v_j, D = dO.O.
+    double s[2];
+    for (int j = 0; j < 2; ++j) {
+      s[j] = 0;
+      for (int c = 0; c < d; ++c) s[j] += in.q[c] * in.k[j * d + c];
+      s[j] *= in.s.scale;
+    }
+    const double top = std::max(s[0], s[1]);
+    const double e0 = std::exp(s[0] - top), e1 = std::exp(s[1] - top);
+    const double p[2] = {e0 / (e0 + e1), e1 / (e0 + e1)};
+    double d_exact = 0, d_rounded = 0;
+    for (int c = 0; c < d; ++c) {
+      const double o = p[0] * in.v[c] + p[1] * in.v[d + c];
+      d_exact += dout[c] * o;
+      d_rounded += dout[c] * round_to(fp16, o);
+    }
+    std::vector<double> bq(d), bk(2 * d), gq(d), gk(2 * d), gv(2 * d);
+    const RoundedOBound bound{bq.data(), bk.data()};
+    backward_group(in.s, in.q.data(), in.k.data(), in.v.data(), dout.data(), 0, 0, &fp16, gq.data(),
+                   gk.data(), gv.data(), 1, &bound);
+    for (int c = 0; c < d; ++c) {
+      const double moved_q = std::fabs(in.s.scale * (d_exact - d_rounded) * (p[0] * in.k[c] + p[1] * in.k[d + c]));
+      ASSERT_LE(moved_q, 1.01 * bq[c]) << "trial " << trial << " dq column " << c;
+      if (bq[c] > 0) worst = std::max(worst, moved_q / bq[c]);
+      for (int j = 0; j < 2; ++j) {
+        const double moved_k = std::fabs(in.s.scale * p[j] * (d_exact - d_rounded) * in.q[c]);
+        ASSERT_LE(moved_k, 1.01 * bk[j * d + c]) << "trial " << trial << " dk row " << j << " column " << c;
+      }
+    }
+  }
+  EXPECT_GT(worst, 0.1);
+}
+
 TEST(Reference, RoundToNearestEven) {
   EXPECT_EQ(round_to(Precision::kBF16, 1.0 + std::ldexp(1.0, -8)), 1.0);  // tie -> even
   EXPECT_EQ(round_to(Precision::kBF16, 1.0 + 3 * std::ldexp(1.0, -8)), 1.0 + std::ldexp(1.0, -6));
