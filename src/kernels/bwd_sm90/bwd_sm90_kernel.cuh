@@ -344,7 +344,7 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
     // With dQ first (d = 64's 128-row blocks), its staging is published once S^T's and dP^T's GEMMs
     // are issued, so that the proxy fence's wait for the stores does not hold them back (H100 A/B,
     // WORKLOG "bwd_sm90", session 37: d = 64 1.010x; the same after dP^T's issue at d = 128
-    // measured 0.982x, and with the softcap it spilled twice as much).
+    // measured 0.988x, and with the softcap it spilled twice as much).
     constexpr bool kPublishAfterSdP = !kDqBehindSdP && !kDqBesideS && !Score::kTransforms;
     if (!kDqBesideS || it == 0) {
       if (!kDqBehindSdP && it > 0) {
