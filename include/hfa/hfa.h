@@ -375,20 +375,20 @@ struct BackwardArgs {
   // sum over batch and rows of -exp(sinks[h] - LSE_i) * rowsum(dout_i * out_i).
   TensorView dsinks;
   // A name from list_backward_kernels(), or "auto": bwd_sm90 on Hopper (every head dim, every
-  // variant), fa2 on other GPUs and for the deterministic mode where fa2's measured faster (512
-  // keys; under the causal mask below 2k keys; head_dim 256). Variable-length batches: bwd_sm90
+  // variant), fa2 on other GPUs and for the deterministic mode where fa2's measured faster (under
+  // the causal mask below 2k keys; 512 keys at head_dim <= 128). Variable-length batches: bwd_sm90
   // (Hopper, every variant) and fa2 (sm80+, causal or not: no sliding window, softcap or sinks).
   std::string kernel = "auto";
   // dq, dk and dv bit-identical from run to run, whatever the number of SMs free for the launch.
   // dk and dv are always so (summed on chip in a fixed order); dq is summed over the KV blocks in
   // fp32, which by default happens in whatever order the blocks finish. Deterministic mode, slower
-  // (docs/PERFORMANCE.md has the cost): bwd_sm90 at head_dim <= 128 sums dq in 64-bit fixed point
+  // (docs/PERFORMANCE.md has the cost): bwd_sm90 sums dq in 64-bit fixed point
   // (each row's contributions scaled by a power of two from a bound on them, 4 ||dout_i||_1 max|k|
   // max|v|, to within 2^-55 of it: integer sums in any order give the same bits; finer than an
   // fp32 sum's unless the bound exceeds the row's dq by ~2^30), with an int64 accumulator (twice
   // the fp32 one) and batch * heads_q * (seqlen_q rounded up to 128) more floats of workspace;
-  // fa2, and bwd_sm90 at 256, add each Q block's dq in KV-block order (each waits for the previous
-  // block's turn), with batch * heads_q * ceil(seqlen_q / 64) * 8 more int32.
+  // fa2 adds each Q block's dq in KV-block order (each waits for the previous block's turn), with
+  // batch * heads_q * ceil(seqlen_q / 64) * 8 more int32.
   bool deterministic = false;
 };
 

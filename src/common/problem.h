@@ -134,8 +134,8 @@ struct BwdProblem {
   bool deterministic = false;
   int* dq_turns = nullptr;
 
-  // The deterministic mode of bwd_sm90 at head_dim <= 128 (set by its launch; backward_workspace.h,
-  // "fixed-point dQ"): dq_accum holds int64 (dq_accum_fixed()), each query row's contributions
+  // The deterministic mode of bwd_sm90 (set by its launch; backward_workspace.h, "fixed-point
+  // dQ"): dq_accum holds int64 (dq_accum_fixed()), each query row's contributions
   // scaled by the power of two dq_scale[row] (a float per row-statistics row) that its bound
   // allows, abs_max_kv the largest |K| and |V| (fp32 bits, for atomicMax) that bound takes. Integer
   // additions give the same bits in any order: no turns, no waiting, and any SM count.

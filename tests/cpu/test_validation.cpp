@@ -285,8 +285,8 @@ Status plan_backward(const BackwardArgs& a, const DeviceInfo& device = hopper())
 }
 
 // "auto" runs bwd_sm90 on Hopper at every head dim (with every variant), and fa2 where the GPU is
-// not a Hopper or in the deterministic mode where fa2's measured faster (bwd_sm90.cu: at 512 keys,
-// under the causal mask below 2k keys, and at d = 256).
+// not a Hopper or in the deterministic mode where fa2's measured faster (bwd_sm90.cu: under the
+// causal mask below 2k keys, and at 512 keys without it at d <= 128).
 TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
   BwdProblem p;
   ASSERT_TRUE(normalize_backward(valid_backward_args(), &p).ok());
@@ -311,20 +311,20 @@ TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
     EXPECT_EQ(kernel->name, "bwd_sm90") << "softcap, head_dim " << d;
     BwdProblem det = dense;
     det.deterministic = true;
-    // (causal, seqlen_k) -> the measured faster deterministic kernel at d = 64 / 128 / 256.
+    // (causal, seqlen_k) -> the measured faster deterministic kernel at d = 64 and 128 / 256.
     struct Case {
       bool causal;
       int seqlen_k;
-      const char* at64;
-      const char* at128;
+      const char* up_to_128;
+      const char* at256;
     };
-    for (const Case& c : {Case{false, 512, "fa2", "fa2"}, Case{false, 4096, "bwd_sm90", "bwd_sm90"},
-                          Case{true, 1024, "fa2", "fa2"}, Case{true, 2048, "bwd_sm90", "bwd_sm90"},
-                          Case{true, 16384, "bwd_sm90", "bwd_sm90"}}) {
+    for (const Case& c : {Case{false, 512, "fa2", "bwd_sm90"}, Case{false, 4096, "bwd_sm90", "bwd_sm90"},
+                          Case{true, 512, "fa2", "fa2"}, Case{true, 1024, "fa2", "fa2"},
+                          Case{true, 2048, "bwd_sm90", "bwd_sm90"}, Case{true, 16384, "bwd_sm90", "bwd_sm90"}}) {
       det.fwd.causal = c.causal;
       det.fwd.seqlen_k = det.fwd.seqlen_q = c.seqlen_k;
       ASSERT_TRUE(select_backward_kernel_for("auto", det, hopper(), &kernel).ok()) << d;
-      EXPECT_EQ(kernel->name, d == 64 ? c.at64 : d == 128 ? c.at128 : "fa2")
+      EXPECT_EQ(kernel->name, d <= 128 ? c.up_to_128 : c.at256)
           << "deterministic, head_dim " << d << ", causal " << c.causal << ", seqlen_k " << c.seqlen_k;
     }
     EXPECT_TRUE(select_backward_kernel_for("bwd_sm90", det, hopper(), &kernel).ok()) << d;

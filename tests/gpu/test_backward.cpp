@@ -40,9 +40,8 @@ void prepare_backward_inputs(check::DeviceBuffers& buf, const check::Config& c, 
   ASSERT_TRUE(forward(fwd).ok());
 }
 
-// The head dims `kernel` takes on this GPU, in deterministic mode if asked (its own check:
-// bwd_sm90 has no deterministic mode at d = 256), so that a test over head dims runs the
-// supported ones instead of skipping at the first other.
+// The head dims `kernel` takes on this GPU, in deterministic mode if asked (by its own check),
+// so that a test over head dims runs the supported ones instead of skipping at the first other.
 std::vector<int> supported_head_dims(const std::string& kernel, bool deterministic = false) {
   std::vector<int> dims;
   for (int d : compiled_head_dims()) {

@@ -2,7 +2,7 @@
 // 128; bwd_sm90_split_keys.cuh: the keys split between the warpgroups, d = 256): the CTA's view of
 // its problem (a variable-length batch's sequence), its barriers, the producer that streams Q, dO
 // and the row statistics, the CTA's course up to its consumers (run_backward_cta), the mask and
-// softcap of P and dS, the deterministic mode's turns, and the tail of dK and dV.
+// softcap of P and dS, and the tail of dK and dV.
 //
 // A Config provides E, kBlockM, kBlockN, kHeadDim, kStages, kStageConsumedBarriers, QLayout,
 // KVLayout, Pipeline, Params (BwdParams below) and a SharedStorage with k, v, q[], dout[], stats[],
@@ -17,7 +17,6 @@
 #include "common/problem.h"
 #include "kernels/common/backward_passes.cuh"
 #include "kernels/common/numeric.cuh"
-#include "kernels/common/turns.cuh"
 #include "kernels/common/varlen.cuh"
 #include "kernels/sm90/common/bulk_reduce.cuh"
 #include "kernels/sm90/common/pipeline.cuh"
@@ -46,9 +45,7 @@ struct BwdParams {
 };
 
 // The CTA's work: KV block kv_block (keys k0 ...) of KV head hk of batch entry or sequence b
-// (blockIdx.y, .z); with `reversed` (the deterministic mode's turns, at d = 256) KV block j runs on CTA
-// gridDim.x - 1 - j, so that the block whose turn comes first (the last one) has the lower index
-// and is launched no later (turns.cuh). With across_heads (BwdProblem::kv_blocks_across_heads)
+// (blockIdx.y, .z). With across_heads (BwdProblem::kv_blocks_across_heads)
 // the grid is (KV heads, KV blocks, batch): the CTAs are launched a batch entry's KV block 0 of
 // every KV head first, then block 1, ... The coordinates stay block indices (uniform registers
 // read from the grid), which a remapped linear index was not: computed in ordinary registers, it
@@ -61,8 +58,8 @@ struct CtaSequence {
   int kv_block, k0, hk, b;
   FwdProblem sequence;
   SequenceOffsets at;
-  __device__ CtaSequence(const FwdProblem& whole, bool reversed, bool across_heads, int block_n)
-      : kv_block(across_heads ? blockIdx.y : reversed ? gridDim.x - 1 - blockIdx.x : blockIdx.x),
+  __device__ CtaSequence(const FwdProblem& whole, bool across_heads, int block_n)
+      : kv_block(across_heads ? blockIdx.y : blockIdx.x),
         k0(kv_block * block_n), hk(across_heads ? blockIdx.x : blockIdx.y), b(blockIdx.z) {
     if constexpr (kVarlen) {
       const SequenceSpan span = sequence_span(whole, b);
@@ -206,12 +203,12 @@ __device__ __forceinline__ bool run_producer(const typename Config::Params& para
 // then consumers(ss, p, at, blocks, kv_block, k0, hk, b) on the two consumer warpgroups and
 // second_warp(the same) on the producer warpgroup's warp 1.
 template <class Config, typename T, bool kVarlen, class Consumers, class SecondWarp = NoWarpRole>
-__device__ __forceinline__ void run_backward_cta(const typename Config::Params& params, bool reversed,
-                                                 Consumers consumers, SecondWarp second_warp = {}) {
+__device__ __forceinline__ void run_backward_cta(const typename Config::Params& params, Consumers consumers,
+                                                 SecondWarp second_warp = {}) {
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, D = Config::kHeadDim;
   auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const BwdProblem& bp = params.problem;
-  const CtaSequence<kVarlen> cta(bp.fwd, reversed, bp.kv_blocks_across_heads, kBlockN);
+  const CtaSequence<kVarlen> cta(bp.fwd, bp.kv_blocks_across_heads, kBlockN);
   const FwdProblem& p = kVarlen ? cta.sequence : bp.fwd;
   if (past_the_keys<T, D, kBlockN, kVarlen>(bp, p, cta.b, cta.hk, cta.k0)) return;
   const BackwardQBlocks<kBlockM> blocks(p, cta.hk, cta.k0, kBlockN);
@@ -258,57 +255,6 @@ __device__ __forceinline__ void transformed_p_and_ds(const Score& score, float s
   s = prob;
   dp = prob * (dp - stat.y) * tanh_derivative(x, t);
 }
-
-// Deterministic dQ in fp32 (kDeterministic, the d = 256 arrangement; nothing otherwise; the
-// d <= 128 one sums in fixed point and needs none): the turns (DqTurns, turns.cuh) a
-// warpgroup's leader holds on the kSlabs slabs it last added, passed once those additions have
-// completed: right after the issue without a causal or window mask (every KV block reaches a Q
-// block at once, so a late pass would delay each next one by a block more, as fa2 measured); at
-// the next block's additions with one (the KV blocks arrive a block apart, so the round trip then
-// overlaps a block's GEMMs instead of stalling the warpgroup). n_kv_blocks: the KV blocks of the
-// CTA's sequence.
-template <bool kDeterministic, int kSlabs, int BlockM, int BlockN>
-class DqSlabTurns {
- public:
-  __device__ DqSlabTurns(const FwdProblem& p, int kv_block, int n_kv_blocks)
-      : staggered_(p.causal || p.local), kv_block_(kv_block), n_kv_blocks_(n_kv_blocks) {}
-  // Before a Q block's reductions: with a mask, the previous block's turns are passed.
-  __device__ void begin_block() {
-    if (staggered_) pass();
-  }
-  // Before the reduction of slab `slab` (the leader's s-th) of Q block qb: its turn, and the
-  // earlier blocks' sums before this one's reads.
-  __device__ void wait(const BwdProblem& bp, const FwdProblem& p, int b,
-                       typename BackwardQBlocks<BlockM>::Block qb, int s, int slab) {
-    if constexpr (kDeterministic) {
-      held_[s] = DqTurns<BlockM, BlockN>::counter(bp, b, qb, slab);
-      wait_for_turn(held_[s], DqTurns<BlockM, BlockN>::turn(p, qb, kv_block_, n_kv_blocks_));
-      sm90::fence_proxy_async_global();
-    }
-  }
-  // After a Q block's reductions were issued: without a mask, their turns are passed.
-  __device__ void end_block() {
-    if (!staggered_) pass();
-  }
-  // The held turns, once the additions have completed (written, not just read).
-  __device__ void pass() {
-    if constexpr (kDeterministic) {
-      if (held_[0] == nullptr) return;
-      sm90::bulk_wait<0>();
-      sm90::fence_proxy_async_global();  // the additions come before the turns are passed
-      CUTE_UNROLL
-      for (int s = 0; s < kSlabs; ++s) {
-        pass_turn(held_[s]);
-        held_[s] = nullptr;
-      }
-    }
-  }
-
- private:
-  bool staggered_;
-  int kv_block_, n_kv_blocks_;
-  int* held_[kSlabs] = {};
-};
 
 // After the walk: rows of dK and dV the sequence spans but does not use (past seqused_k, when
 // the block holds its last used key) are zeroed; `used`: the block's used keys, p.seqlen_k - k0.

@@ -29,11 +29,10 @@
 // (BwdProblem::dq_fixed_point; the scale of each row from the bound in backward_passes.cuh):
 // dQ_i's values times the row's power of two, rounded to int64, staged in 16-column slabs and
 // added by the same reductions on a u64 tensor map -- integer sums, so the bits do not depend on
-// the order in which KV blocks add, and no CTA waits for another. (The d = 256 arrangement keeps
-// fp32 and turns: its int64 staging would not fit the consumed Q / dO stage.) Variable-length
-// batches (a kernel of their own too): the
-// CTA works on its sequence as a dense problem, the grid's third axis being the sequences and the
-// workspace laid out per sequence (backward_workspace.h).
+// the order in which KV blocks add, and no CTA waits for another. (The d = 256 arrangement does
+// the same, its two int64 slices staged one after the other.) Variable-length batches (a kernel
+// of their own too): the CTA works on its sequence as a dense problem, the grid's third axis
+// being the sequences and the workspace laid out per sequence (backward_workspace.h).
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -129,9 +128,9 @@ constexpr bool kLocalMask = std::is_same_v<Mask, sm90::LocalMask>;
 // the warpgroups at d = 256; the Q blocks and ring of the mode and mask.
 template <typename T, int D, bool kDeterministic, class Mask>
 using ConfigFor = std::conditional_t<
-    (D > 128), SplitKeysConfig<T>,
+    (D > 128), SplitKeysConfig<T, kDeterministic>,
     BwdConfig<T, D, block_m(D, kDeterministic, kLocalMask<Mask>), stages(D, kDeterministic, kLocalMask<Mask>),
-              dq_fixed_point(D, kDeterministic)>>;
+              kDeterministic>>;
 
 // The rows of a thread's (rows, cols) accumulator fragment (times `factor`) to global memory in
 // the gradients' dtype G (T, or fp32 unrounded), rows at or past row_limit dropped: dst points at
@@ -468,9 +467,8 @@ template <typename T, int D, bool kDeterministic, bool kVarlen, class Mask, clas
 __global__ void __launch_bounds__(kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ typename ConfigFor<T, D, kDeterministic, Mask>::Params params) {
   using Config = ConfigFor<T, D, kDeterministic, Mask>;
-  // No turns here (fixed-point dQ), so no reversed order for them.
   run_backward_cta<Config, T, kVarlen>(
-      params, /*reversed=*/false,
+      params,
       [&](auto&... cta) { keys_as_m_consumers<T, D, kDeterministic, kVarlen, Mask, Score, Config>(params, cta...); },
       [&](auto& ss, const FwdProblem&, const SequenceOffsets& at, const BackwardQBlocks<Config::kBlockM>& blocks,
           int /*kv_block*/, int /*k0*/, int /*hk*/, int b) { write_dq_blocks<Config, kVarlen>(params, ss, at, blocks, b); });
@@ -503,7 +501,7 @@ cudaError_t launch_main(const BwdProblem& bp, cudaStream_t stream) {
   const dim3 grid = params.problem.kv_blocks_across_heads ? dim3(p.heads_kv, kv_blocks, p.batch)
                                                           : dim3(kv_blocks, p.heads_kv, p.batch);
   if (!no_queries) {
-    constexpr bool kFixed = dq_fixed_point(D, kDeterministic);  // BwdConfig::kFixedPointDq
+    constexpr bool kFixed = Config::kFixedPointDq;
     if (kFixed != bp.dq_fixed_point) return cudaErrorInvalidValue;  // the workspace is laid out for the other
     if (cudaError_t err = sm90::encode_accumulator_tensor_map(
             &params.dq_map, kFixed ? sm90::AccumulatorType::kU64 : sm90::AccumulatorType::kF32, bp.dq_accum, D,
@@ -512,7 +510,7 @@ cudaError_t launch_main(const BwdProblem& bp, cudaStream_t stream) {
       return err;
   }
   if constexpr (D > 128) {
-    return launch_with_smem(bwd_sm90_split_keys_kernel<T, kDeterministic, kVarlen, Mask, Score>, grid, kThreads,
+    return launch_with_smem(bwd_sm90_split_keys_kernel<T, Config, kVarlen, Mask, Score>, grid, kThreads,
                             Config::kSmemBytes, stream, params);
   } else {
     return launch_with_smem(bwd_sm90_kernel<T, D, kDeterministic, kVarlen, Mask, Score>, grid, kThreads,

@@ -10,13 +10,15 @@
 //   dV^T += dO^T P_w, dK^T += Q^T dS_w     SS, M = d (four 64-row atoms), N = the warpgroup's 32
 //                                          keys, k = the queries; dO, Q and the halves read MN-major
 //   dQ = dS K, one Q block later           SS, each warpgroup 128 of dQ's columns in two slices of
-//                                          64 (32 registers each), staged in fp32 and added to the
+//                                          64 (32 registers each), staged and added to the
 //                                          workspace by TMA reductions
 // K, V and two stages of Q and dO take 192 KB: no room is left for a 64 KB fp32 dQ staging tile,
 // so dQ_i is staged in the ring stage that block i was read from (Q's tile and dO's, 32 KB each),
 // which goes back to the producer once the reductions have read it. (8-byte fp32 atomics from the
-// registers, the first version, made the kernel L2-bound: WORKLOG.) The deterministic mode orders
-// the reductions by the d <= 128 kernel's turns.
+// registers, the first version, made the kernel L2-bound: WORKLOG.) The deterministic mode sums
+// dQ in 64-bit fixed point, as the d <= 128 kernel does (BwdProblem::dq_fixed_point): a slice of
+// int64 fills a 32 KB tile, so a warpgroup stages and reduces its two slices one after the other,
+// the second once the bulk engine has read the first.
 // The producer, the walk over Q blocks, the variable-length view and the dS hand-over between the
 // warpgroups (ds_ready / ds_free, two buffers) are the d <= 128 kernel's (bwd_sm90_cta.cuh).
 #pragma once
@@ -30,7 +32,6 @@
 #include "kernels/bwd_sm90/bwd_sm90_launch.h"
 #include "kernels/common/backward_passes.cuh"
 #include "kernels/common/numeric.cuh"
-#include "kernels/common/turns.cuh"
 #include "kernels/sm90/common/attention_config.cuh"
 #include "kernels/sm90/common/bulk_reduce.cuh"
 #include "kernels/sm90/common/element.cuh"
@@ -42,25 +43,34 @@
 namespace hfa::bwd_sm90 {
 
 // Named barriers (CUTLASS adds its reserved ids): each warpgroup's P and dS halves are stored
-// (ids 1, 2) before its own GEMMs read them; its dQ half is staged (ids 3, 4) before the leader
-// issues the reductions.
+// (ids 1, 2) before its own GEMMs read them; its dQ staging is written (ids 3, 4) before the leader
+// issues the reductions, and read by them (ids 5, 6: fixed point, before its second slice).
 constexpr int kHalvesStoredBarrier = 1;  // + warpgroup
 constexpr int kDqStagedBarrier = 3;      // + warpgroup
+constexpr int kDqStagingReadBarrier = 5;  // + warpgroup
 
-template <typename T>
+// kFixedPointDq_: the deterministic mode's int64 dQ (BwdProblem::dq_fixed_point).
+template <typename T, bool kFixedPointDq_ = false>
 struct SplitKeysConfig {
   using E = typename sm90::CutlassElement<T>::type;
   static constexpr int kHeadDim = 256, D = kHeadDim;
   static constexpr int kBlockM = block_m(D, false), kBlockN = block_n(D), kStages = stages(D, false);
   static constexpr int kKeysPerWarpgroup = kBlockN / 2;
   // dQ: a warpgroup's 128 columns, computed in two slices of 64 (32 registers each), staged
-  // and reduced in DqStage's 32-column slabs.
+  // and reduced in DqStage's slabs (32 fp32 or 16 int64 columns) in one Q or dO tile of the ring:
+  // both slices at once in fp32, one at a time in int64 (kDqSlicesPerStaging).
+  static constexpr bool kFixedPointDq = kFixedPointDq_;
+  using DqElem = std::conditional_t<kFixedPointDq, long long, float>;
+  using DqStaging = DqStage<kBlockM, sizeof(DqElem)>;
   static constexpr int kDqCols = D / 2, kDqSliceCols = 64, kDqSlices = kDqCols / kDqSliceCols;
-  static constexpr int kDqSlabCols = DqStage<kBlockM>::kSlabCols;
+  static constexpr int kDqSlabCols = DqStaging::kSlabCols;
   static constexpr int kDqRows = kBlockM;  // the rows of a dQ reduction's box
+  static constexpr int kDqSlicesPerStaging =
+      static_cast<int>(kBlockM * D * sizeof(E) / (kBlockM * kDqSliceCols * sizeof(DqElem)));
   static constexpr bool kStageConsumedBarriers = true;  // stage_consumed[] (init_barriers)
-  static_assert(kBlockM * kDqCols * sizeof(float) == kBlockM * D * sizeof(E),
-                "a warpgroup's dQ half is staged in one Q or dO tile of the ring");
+  static_assert(kDqSlicesPerStaging >= 1 && kDqSlices % kDqSlicesPerStaging == 0 &&
+                    kBlockM * kDqSlicesPerStaging * kDqSliceCols * sizeof(DqElem) == kBlockM * D * sizeof(E),
+                "a warpgroup's dQ slices are staged in one Q or dO tile of the ring, whole slices at a time");
   static_assert(kBlockN == 64 && kBlockM == 64, "the GEMM shapes below assume 64 x 64 blocks");
   using QLayout = sm90::TileLayout<E, kBlockM, D>;                // Q_i, dO_i (query x d)
   using KVLayout = sm90::TileLayout<E, kBlockN, D>;               // K_j, V_j (key x d)
@@ -113,15 +123,13 @@ __device__ __forceinline__ void store_shared_pair(E* dst, uint32_t pair) {
 }
 
 // The consumer warpgroups of one CTA (run_backward_cta gives them its view of the problem).
-// kDeterministic: each slab's reduction waits for its turn (DqTurns, descending KV-block order)
-// and passes it on once it has completed, as in bwd_sm90_kernel.cuh.
-template <typename T, bool kDeterministic, bool kVarlen, class Mask, class Score>
-__device__ __forceinline__ void split_keys_consumers(const typename SplitKeysConfig<T>::Params& params,
-                                                     typename SplitKeysConfig<T>::SharedStorage& ss,
+// Config: SplitKeysConfig<T, kFixedPointDq>, int64 dQ in the deterministic mode.
+template <typename T, class Config, bool kVarlen, class Mask, class Score>
+__device__ __forceinline__ void split_keys_consumers(const typename Config::Params& params,
+                                                     typename Config::SharedStorage& ss,
                                                      const FwdProblem& p, const SequenceOffsets& at,
-                                                     const BackwardQBlocks<SplitKeysConfig<T>::kBlockM>& blocks,
-                                                     int kv_block, int k0, int hk, int b) {
-  using Config = SplitKeysConfig<T>;
+                                                     const BackwardQBlocks<Config::kBlockM>& blocks,
+                                                     int /*kv_block*/, int k0, int hk, int b) {
   using E = typename Config::E;
   using Pipeline = typename Config::Pipeline;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, D = Config::kHeadDim;
@@ -157,84 +165,102 @@ __device__ __forceinline__ void split_keys_consumers(const typename SplitKeysCon
 
   // dQ of Q block i (iteration i + 1), one block late: both warpgroups' halves of dS are in
   // buffer i % 2 (ds_ready); each warpgroup computes its 128 columns of dQ_i = dS K_j in two
-  // slices and stages them (fp32, DqStage's 32-column slabs) in the ring stage block i was read
-  // from -- warpgroup 0 in its Q tile, warpgroup 1 in its dO tile, 32 KB each, a half of dQ_i
-  // exactly -- once both warpgroups' GEMMs are done with that stage (stage_consumed). The
-  // warpgroup's leader adds the four slabs to the workspace by TMA reductions (rows past seqlen_q
-  // lie outside the tensor map: skipped) and hands the stage to the producer once they have read
-  // it (release_staged). The dS buffer is free once both warpgroups' dQ GEMMs have read it
-  // (ds_free).
+  // slices and stages them (DqStage's slabs) in the ring stage block i was read from --
+  // warpgroup 0 in its Q tile, warpgroup 1 in its dO tile, 32 KB each -- once both warpgroups'
+  // GEMMs are done with that stage (stage_consumed): in fp32 both slices (a half of dQ_i
+  // exactly), in int64 (fixed point: the row's 2^e_i times dQ, rounded) one slice, the second
+  // once the reductions have read the first. After each staging the warpgroup's leader adds its
+  // slabs to the workspace by TMA reductions (rows past seqlen_q lie outside the tensor map:
+  // skipped); it hands the stage to the producer once they have read it (release_staged). The
+  // dS buffer is free once both warpgroups' dQ GEMMs have read it (ds_free).
+  using DqStaging = typename Config::DqStaging;
   const int dq_row0 = get<0>(dq_coord_rc(0, 0)), dq_col0 = get<1>(dq_coord_rc(0, 0));
   // This thread's staging row base for each 8-column group of a slab (DqStage's XOR form): a
   // store's address is one of them plus immediates.
   // A thread's rows are all odd or all even: odd ones store the partner group's columns through
   // the swapped bases (DqStage::kOddRowGroupSwap: no bank conflicts).
   const bool odd_rows = dq_row0 % 2 == 1;
-  const uint32_t even_base =
-      DqStage<kBlockM>::row_base(dq_row0, dq_col0 % 8) + DqStage<kBlockM>::byte_offset(0, dq_col0 - dq_col0 % 8);
-  const uint32_t dq_row_base = odd_rows ? DqStage<kBlockM>::swapped(even_base) : even_base;
+  const uint32_t even_base = DqStaging::row_base(dq_row0, dq_col0 % 8) + DqStaging::byte_offset(0, dq_col0 - dq_col0 % 8);
+  const uint32_t dq_row_base = odd_rows ? DqStaging::swapped(even_base) : even_base;
   uint32_t row_bases[Config::kDqSlabCols / 8];
   CUTE_UNROLL
-  for (int g = 0; g < Config::kDqSlabCols / 8; ++g) row_bases[g] = DqStage<kBlockM>::byte_offset(dq_row_base, g * 8);
-  constexpr int kSlabs = Config::kDqCols / Config::kDqSlabCols;  // per warpgroup
-  DqSlabTurns<kDeterministic, kSlabs, kBlockM, kBlockN> turns(
-      p, kv_block, (p.seqlen_k + kBlockN - 1) / kBlockN);
+  for (int g = 0; g < Config::kDqSlabCols / 8; ++g) row_bases[g] = DqStaging::byte_offset(dq_row_base, g * 8);
+  constexpr int kSlicesPerStaging = Config::kDqSlicesPerStaging;
+  constexpr int kSlabsPerStaging = kSlicesPerStaging * Config::kDqSliceCols / Config::kDqSlabCols;
   auto dq_block = [&](QBlock qb, int i, const typename Pipeline::State& st_i) {
     const int buf = i % 2;
     cutlass::arch::ClusterBarrier::wait(&ss.ds_ready[buf], (i / 2) % 2);
     Tensor tdQrdS = thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ss.ds[buf]), typename Config::PdSLayout{}));
     Tensor s_kt = make_tensor(make_smem_ptr(ss.k), typename Config::KtLayout{});
-    float* stage = reinterpret_cast<float*>(warpgroup == 0 ? ss.q[st_i.index] : ss.dout[st_i.index]);
+    void* stage = warpgroup == 0 ? static_cast<void*>(ss.q[st_i.index]) : static_cast<void*>(ss.dout[st_i.index]);
     const uint32_t stage_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+    // Fixed point: the power of two of each of the thread's rows (the pre-pass's).
+    [[maybe_unused]] float row_scale[2];
+    if constexpr (Config::kFixedPointDq) {
+      const float* scales = bp.dq_scale + workspace_rows(bp, b, qb.h, at.q, kVarlen).stats + qb.q0;
+      CUTE_UNROLL
+      for (int r = 0; r < 2; ++r) row_scale[r] = scales[dq_row0 + 8 * r];
+    }
     CUTE_UNROLL
     for (int slice = 0; slice < Config::kDqSlices; ++slice) {
       Tensor tdQrK = thr_dq.partition_fragment_B(
           local_tile(s_kt, Shape<Int<Config::kDqSliceCols>, Int<kBlockN>>{}, make_coord(warpgroup * Config::kDqSlices + slice, _0{})));
       Tensor tdQ = partition_fragment_C(mma_dq, Shape<_64, Int<Config::kDqSliceCols>>{});
       sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrK, tdQ);
+      const int in_staging = slice % kSlicesPerStaging;
+      if (slice > 0 && in_staging == 0) {
+        // The staging again (fixed point): once the bulk engine has read the previous slice out
+        // of it, waited for by the leader while the GEMM runs.
+        if (wg_thread == 0) sm90::bulk_wait_read<0>();
+        cutlass::arch::NamedBarrier::sync(128, kDqStagingReadBarrier + warpgroup);
+      }
       warpgroup_wait<0>();
       sm90::fence_after_wait(tdQ);
       if (slice == 0) cutlass::arch::ClusterBarrier::wait(&ss.stage_consumed[st_i.index], st_i.phase);
       if (slice == Config::kDqSlices - 1) cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[buf]);
       Tensor dq_rc = sm90::as_rowcol(tdQ);
+      static_assert(size<0>(decltype(dq_rc){}) == 2, "a thread holds two rows of a dQ slice");
       // Fragment columns (c, c + 1) are 8-column group c / 2; the partner group's are c ^ kSwapCols.
-      constexpr int kSwapCols = 2 * DqStage<kBlockM>::kOddRowGroupSwap;
+      constexpr int kSwapCols = 2 * DqStaging::kOddRowGroupSwap;
       static_assert(size<1>(dq_rc) % (2 * kSwapCols) == 0, "the partner group lies in the slice");
       CUTE_UNROLL
       for (int r = 0; r < size<0>(dq_rc); ++r)
         CUTE_UNROLL
         for (int c = 0; c < size<1>(dq_rc); c += 2) {
-          // (row, col) = dq_row0 + 8 r, the slice's columns + dq_col0 + (constant): one base,
-          // immediates per store (as bwd_sm90_kernel.cuh stages its dQ).
-          const int col = slice * Config::kDqSliceCols + get<1>(dq_coord_rc(r, c)) - dq_col0;
+          // (row, col) = dq_row0 + 8 r, the staged slices' columns + dq_col0 + (constant): one
+          // base, immediates per store (as bwd_sm90_kernel.cuh stages its dQ).
+          const int col = in_staging * Config::kDqSliceCols + get<1>(dq_coord_rc(r, c)) - dq_col0;
           const uint32_t addr = stage_addr + row_bases[col % Config::kDqSlabCols / 8] +
-                                DqStage<kBlockM>::byte_offset(0, col - col % Config::kDqSlabCols) + r * 1024;
+                                DqStaging::byte_offset(0, col - col % Config::kDqSlabCols) + r * 1024;
           const float lo = odd_rows ? dq_rc(r, c ^ kSwapCols) : dq_rc(r, c);
           const float hi = odd_rows ? dq_rc(r, (c ^ kSwapCols) + 1) : dq_rc(r, c + 1);
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(lo), "f"(hi) : "memory");
+          if constexpr (Config::kFixedPointDq) {
+            const long long lo_fixed = __float2ll_rn(lo * row_scale[r]);
+            const long long hi_fixed = __float2ll_rn(hi * row_scale[r]);
+            asm volatile("st.shared.v2.b64 [%0], {%1, %2};\n" ::"r"(addr), "l"(lo_fixed), "l"(hi_fixed) : "memory");
+          } else {
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(lo), "f"(hi) : "memory");
+          }
         }
-    }
-    sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
-    // Only the leader's warp waits for the staging to be complete; the others go on. (Named
-    // barriers count whole warps: a warp must not split between sync and arrive.)
-    if (wg_thread < 32) {
-      cutlass::arch::NamedBarrier::sync(128, kDqStagedBarrier + warpgroup);
-    } else {
-      cutlass::arch::NamedBarrier::arrive(128, kDqStagedBarrier + warpgroup);
-    }
-    if (wg_thread == 0) {
-      const WorkspaceRows rows = workspace_rows(bp, b, qb.h, at.q, kVarlen);
-      turns.begin_block();
-      CUTE_UNROLL
-      for (int s = 0; s < kSlabs; ++s) {
-        const int slab = warpgroup * kSlabs + s;
-        turns.wait(bp, p, b, qb, s, slab);
-        sm90::tensor_reduce_add(&params.dq_map, stage + s * kBlockM * Config::kDqSlabCols,
-                                slab * Config::kDqSlabCols, static_cast<int>(rows.dq_row0 + qb.q0),
-                                static_cast<int>(rows.dq_plane));
+      if (in_staging != kSlicesPerStaging - 1) continue;
+      sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
+      // Only the leader's warp waits for the staging to be complete; the others go on. (Named
+      // barriers count whole warps: a warp must not split between sync and arrive.)
+      if (wg_thread < 32) {
+        cutlass::arch::NamedBarrier::sync(128, kDqStagedBarrier + warpgroup);
+      } else {
+        cutlass::arch::NamedBarrier::arrive(128, kDqStagedBarrier + warpgroup);
       }
-      sm90::bulk_commit_group();
-      turns.end_block();
+      if (wg_thread == 0) {
+        const WorkspaceRows rows = workspace_rows(bp, b, qb.h, at.q, kVarlen);
+        const int first_col = warpgroup * Config::kDqCols + (slice + 1 - kSlicesPerStaging) * Config::kDqSliceCols;
+        CUTE_UNROLL
+        for (int s = 0; s < kSlabsPerStaging; ++s)
+          sm90::tensor_reduce_add(&params.dq_map, static_cast<char*>(stage) + s * kBlockM * 128,
+                                  first_col + s * Config::kDqSlabCols, static_cast<int>(rows.dq_row0 + qb.q0),
+                                  static_cast<int>(rows.dq_plane));
+        sm90::bulk_commit_group();
+      }
     }
   };
   // The leader hands a stage that carried dQ back to the producer once the reductions have read
@@ -330,10 +356,7 @@ __device__ __forceinline__ void split_keys_consumers(const typename SplitKeysCon
   if (blocks.n_iters > 0) {
     dq_block(prev, blocks.n_iters - 1, st_prev);
     release_staged(st_prev);
-    if (wg_thread == 0) {
-      turns.pass();
-      sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
-    }
+    if (wg_thread == 0) sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
   }
 
   // dK = scale * (dK^T)^T and dV to global memory, rows (keys) past seqlen_k dropped (and zeroed
@@ -362,11 +385,12 @@ __device__ __forceinline__ void split_keys_consumers(const typename SplitKeysCon
   });
 }
 
-template <typename T, bool kDeterministic, bool kVarlen, class Mask, class Score>
+// Config: SplitKeysConfig<T, kFixedPointDq> (ConfigFor in bwd_sm90_kernel.cuh).
+template <typename T, class Config, bool kVarlen, class Mask, class Score>
 __global__ void __launch_bounds__(kThreads, 1)
-    bwd_sm90_split_keys_kernel(const __grid_constant__ typename SplitKeysConfig<T>::Params params) {
-  run_backward_cta<SplitKeysConfig<T>, T, kVarlen>(params, kDeterministic, [&](auto&... cta) {
-    split_keys_consumers<T, kDeterministic, kVarlen, Mask, Score>(params, cta...);
+    bwd_sm90_split_keys_kernel(const __grid_constant__ typename Config::Params params) {
+  run_backward_cta<Config, T, kVarlen>(params, [&](auto&... cta) {
+    split_keys_consumers<T, Config, kVarlen, Mask, Score>(params, cta...);
   });
 }
 

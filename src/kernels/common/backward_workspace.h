@@ -2,9 +2,9 @@
 //   dq_accum   (batch, heads_q, seqlen_q, head_dim) fp32: dQ summed over KV blocks, converted to
 //              the output dtype by the post-pass (backward_passes.cuh);
 //   row_stats  (batch, heads_q, row_stats_rows) pairs (LSE * log2 e, D = rowsum(dO * O));
-//   dq_turns   deterministic mode with fp32 dQ only: one turn counter per (batch, query head,
-//              64-row Q block, dQ slab), zeroed before the launch.
-// With BwdProblem::dq_fixed_point (bwd_sm90's deterministic mode at d <= 128), dq_accum holds int64
+//   dq_turns   fa2's deterministic mode only: one turn counter per (batch, query head, 64-row Q
+//              block, dQ slab), zeroed before the launch (bwd_sm90 sums in fixed point).
+// With BwdProblem::dq_fixed_point (bwd_sm90's deterministic mode), dq_accum holds int64
 // (twice the bytes) and two more pieces follow: dq_scale, a float per row-statistics row (the
 // power of two that row's contributions are scaled by), and abs_max_kv (max |K|, max |V|, zeroed
 // before the launch); no turns.
