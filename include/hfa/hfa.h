@@ -375,9 +375,10 @@ struct BackwardArgs {
   // sum over batch and rows of -exp(sinks[h] - LSE_i) * rowsum(dout_i * out_i).
   TensorView dsinks;
   // A name from list_backward_kernels(), or "auto": bwd_sm90 on Hopper (every head dim, every
-  // variant), fa2 on other GPUs and for the deterministic mode where fa2's measured faster (under
-  // the causal mask below 2k keys; 512 keys at head_dim <= 128). Variable-length batches: bwd_sm90
-  // (Hopper, every variant) and fa2 (sm80+, causal or not: no sliding window, softcap or sinks).
+  // variant), fa2 on other GPUs and for the deterministic mode where fa2's measured faster (512
+  // keys but bwd_sm90's launch order; under the causal mask below 2k keys, 4k at head_dim 256).
+  // Variable-length batches: bwd_sm90 (Hopper, every variant) and fa2 (sm80+, causal or not: no
+  // sliding window, softcap or sinks).
   std::string kernel = "auto";
   // dq, dk and dv bit-identical from run to run, whatever the number of SMs free for the launch.
   // dk and dv are always so (summed on chip in a fixed order); dq is summed over the KV blocks in
@@ -386,9 +387,12 @@ struct BackwardArgs {
   // (each row's contributions scaled by a power of two from a bound on them, 4 ||dout_i||_1 max|k|
   // max|v|, to within 2^-55 of it: integer sums in any order give the same bits; finer than an
   // fp32 sum's unless the bound exceeds the row's dq by ~2^30), with an int64 accumulator (twice
-  // the fp32 one) and batch * heads_q * (seqlen_q rounded up to 128) more floats of workspace;
-  // fa2 adds each Q block's dq in KV-block order (each waits for the previous block's turn), with
-  // batch * heads_q * ceil(seqlen_q / 64) * 8 more int32.
+  // the fp32 one) and batch * heads_q * (seqlen_q rounded up to 128) more floats of workspace --
+  // except for short sequences of many heads (seqlen_q * head_dim <= 32768, batch * heads_kv
+  // filling 3/4 of 132 SMs' waves), where it runs the default kernel once per KV block index
+  // and the stream's order orders the fp32 sums (the default workspace); which of the two depends
+  // on the shapes alone, not on the GPU. fa2 adds each Q block's dq in KV-block order (each waits
+  // for the previous block's turn), with batch * heads_q * ceil(seqlen_q / 64) * 8 more int32.
   bool deterministic = false;
 };
 

@@ -134,8 +134,15 @@ struct BwdProblem {
   bool deterministic = false;
   int* dq_turns = nullptr;
 
-  // The deterministic mode of bwd_sm90 (set by its launch; backward_workspace.h, "fixed-point
-  // dQ"): dq_accum holds int64 (dq_accum_fixed()), each query row's contributions
+  // The deterministic mode of bwd_sm90 where its CTAs of one KV block index fill the GPU (set by
+  // its launch): one launch per KV block index j (grid (1, KV heads, batch), kv_block_offset = j)
+  // of the default kernel, adding dQ in fp32. Within a launch each dq row gets one block's
+  // addition, and the launches complete in stream order: dq is summed in KV-block order.
+  bool dq_in_launch_order = false;
+  int kv_block_offset = 0;
+
+  // The deterministic mode of bwd_sm90 otherwise (set by its launch; backward_workspace.h,
+  // "fixed-point dQ"): dq_accum holds int64 (dq_accum_fixed()), each query row's contributions
   // scaled by the power of two dq_scale[row] (a float per row-statistics row) that its bound
   // allows, abs_max_kv the largest |K| and |V| (fp32 bits, for atomicMax) that bound takes. Integer
   // additions give the same bits in any order: no turns, no waiting, and any SM count.

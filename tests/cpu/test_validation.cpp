@@ -9,6 +9,7 @@
 
 #include "api/validate.h"
 #include "hfa_build_config.h"
+#include "kernels/bwd_sm90/bwd_sm90_launch.h"
 
 #include "validation_test_util.h"
 
@@ -285,8 +286,8 @@ Status plan_backward(const BackwardArgs& a, const DeviceInfo& device = hopper())
 }
 
 // "auto" runs bwd_sm90 on Hopper at every head dim (with every variant), and fa2 where the GPU is
-// not a Hopper or in the deterministic mode where fa2's measured faster (bwd_sm90.cu: under the
-// causal mask below 2k keys, and at 512 keys without it at d <= 128).
+// not a Hopper or in the deterministic mode where fa2's measured faster (bwd_sm90.cu: at 512 keys
+// but d = 64's launch order, under the causal mask below 2k keys, at d = 256 below 4k).
 TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
   BwdProblem p;
   ASSERT_TRUE(normalize_backward(valid_backward_args(), &p).ok());
@@ -311,26 +312,54 @@ TEST(BackwardValidation, ValidArgumentsPassAndAutoPicksBwdSm90OnHopper) {
     EXPECT_EQ(kernel->name, "bwd_sm90") << "softcap, head_dim " << d;
     BwdProblem det = dense;
     det.deterministic = true;
-    // (causal, seqlen_k) -> the measured faster deterministic kernel at d = 64 and 128 / 256.
+    // (causal, seqlen_k) -> the measured faster deterministic kernel at d = 64 / 128 / 256, with
+    // batch 32 x 32 heads (launch order at d = 64 and 512 keys).
     struct Case {
       bool causal;
       int seqlen_k;
-      const char* up_to_128;
-      const char* at256;
+      const char* by_dim[3];
     };
-    for (const Case& c : {Case{false, 512, "fa2", "bwd_sm90"}, Case{false, 4096, "bwd_sm90", "bwd_sm90"},
-                          Case{true, 512, "fa2", "fa2"}, Case{true, 1024, "fa2", "fa2"},
-                          Case{true, 2048, "bwd_sm90", "bwd_sm90"}, Case{true, 16384, "bwd_sm90", "bwd_sm90"}}) {
+    det.fwd.batch = 32, det.fwd.heads_q = det.fwd.heads_kv = 32;
+    for (const Case& c : {Case{false, 512, {"bwd_sm90", "fa2", "fa2"}}, Case{false, 1024, {"bwd_sm90", "bwd_sm90", "bwd_sm90"}},
+                          Case{true, 512, {"fa2", "fa2", "fa2"}}, Case{true, 1024, {"fa2", "fa2", "fa2"}},
+                          Case{true, 2048, {"bwd_sm90", "bwd_sm90", "fa2"}}, Case{true, 4096, {"bwd_sm90", "bwd_sm90", "bwd_sm90"}},
+                          Case{true, 16384, {"bwd_sm90", "bwd_sm90", "bwd_sm90"}}}) {
       det.fwd.causal = c.causal;
       det.fwd.seqlen_k = det.fwd.seqlen_q = c.seqlen_k;
       ASSERT_TRUE(select_backward_kernel_for("auto", det, hopper(), &kernel).ok()) << d;
-      EXPECT_EQ(kernel->name, d <= 128 ? c.up_to_128 : c.at256)
+      EXPECT_EQ(kernel->name, c.by_dim[d == 64 ? 0 : d == 128 ? 1 : 2])
           << "deterministic, head_dim " << d << ", causal " << c.causal << ", seqlen_k " << c.seqlen_k;
     }
     EXPECT_TRUE(select_backward_kernel_for("bwd_sm90", det, hopper(), &kernel).ok()) << d;
   }
   EXPECT_EQ(p.dq, g_dq);
   EXPECT_EQ(p.dk_row_stride, kHkv * kD);
+}
+
+// bwd_sm90's deterministic mode sums dQ in launch order where one launch's Q, dO and dQ sums fit
+// the L2 and its CTAs fill their waves (bwd_sm90_launch.h): over issue 21's sweep (batch = 16k /
+// s, heads = 2048 / d) at d = 64 and 512 keys only; never where a launch's CTAs leave its last
+// wave half empty, nor with the few KV heads of GQA; the rule has no SM count of the device.
+TEST(BackwardValidation, DeterministicLaunchOrderWhereItMeasuredFaster) {
+  FwdProblem p;
+  for (int d : {64, 128, 256})
+    for (int s = 512; s <= 16384; s *= 2) {
+      p.head_dim = d, p.seqlen_q = p.seqlen_k = s, p.batch = 16384 / s, p.heads_q = p.heads_kv = 2048 / d;
+      EXPECT_EQ(bwd_sm90::dq_in_launch_order(p), d == 64 && s == 512) << "d " << d << ", s " << s;
+    }
+  p.head_dim = 128, p.seqlen_q = p.seqlen_k = 256, p.batch = 16, p.heads_q = 32;
+  p.heads_kv = 4;  // 64 CTAs a launch: half of the 132 slots
+  EXPECT_FALSE(bwd_sm90::dq_in_launch_order(p));
+  p.heads_kv = 8;  // 128
+  EXPECT_TRUE(bwd_sm90::dq_in_launch_order(p));
+  p.seqlen_q = 257;  // one launch's Q rows no longer fit
+  EXPECT_FALSE(bwd_sm90::dq_in_launch_order(p));
+  p.seqlen_q = 256, p.batch = 9;  // 72 of 132
+  EXPECT_FALSE(bwd_sm90::dq_in_launch_order(p));
+  p.batch = 25;  // 200 of 264: 0.76 of two waves
+  EXPECT_TRUE(bwd_sm90::dq_in_launch_order(p));
+  p.batch = 0;
+  EXPECT_FALSE(bwd_sm90::dq_in_launch_order(p));
 }
 
 // BackwardArgs::deterministic reaches the kernel's problem (default off), and fa2 takes it.

@@ -200,6 +200,35 @@ TEST_P(BackwardPerKernel, DeterministicModeBitIdenticalOnFewerSms) {
   }
 }
 
+// bwd_sm90's deterministic mode in launch order (bwd_sm90_launch.h: dq_in_launch_order, where a
+// KV block index's batch x KV-heads CTAs fill the GPU and the queries are few; the tests above
+// take the fixed-point way): correct and bit-identical on 4 SMs, at every compiled head dim, causal and
+// not, GQA 2:1, sq != sk, two or three KV blocks.
+TEST(BackwardDeterministic, Bwdsm90LaunchOrderMatchesReferenceAndRepeats) {
+  HFA_SKIP_WITHOUT_GPU();
+  uint64_t seed = 60;
+  for (int d : supported_head_dims("bwd_sm90", /*deterministic=*/true))
+    for (bool causal : {false, true}) {
+      const ShapeCase shape{16, d > 128 ? 120 : 200, d > 128 ? 120 : 330, 16, 8};
+      check::Config c = backward_config({"bwd_sm90", d, causal, DType::kBF16}, shape);
+      FwdProblem as_launched;
+      as_launched.batch = shape.batch, as_launched.heads_kv = shape.heads_kv;
+      as_launched.seqlen_q = shape.seqlen_q, as_launched.seqlen_k = shape.seqlen_k, as_launched.head_dim = d;
+      ASSERT_TRUE(bwd_sm90::dq_in_launch_order(as_launched)) << c.describe() << " no longer takes launch order";
+      check::DeviceBuffers buf;
+      ASSERT_TRUE(buf.allocate(c).ok());
+      check::BackwardCheckResult r;
+      const Status st = check::run_check_backward(buf, ++seed, /*max_groups=*/6, &r,
+                                                  [](BackwardArgs& a) { a.deterministic = true; });
+      ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
+      EXPECT_TRUE(r.pass) << c.describe() << " deterministic, seed " << seed << ": " << r.message;
+      BackwardArgs bwd = buf.backward_args();
+      bwd.deterministic = true;
+      expect_backward_bit_identical_on_fewer_sms(buf, bwd, c.describe());
+      if (IsSkipped() || HasFatalFailure()) return;
+    }
+}
+
 // Many KV blocks and Q blocks per CTA, GQA 4:1, sq != sk; a random subset of groups checked.
 TEST_P(BackwardPerKernel, LongerSequencesGqa) {
   HFA_SKIP_WITHOUT_GPU();

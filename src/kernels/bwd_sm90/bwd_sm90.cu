@@ -36,7 +36,8 @@ Status check(const BwdProblem& bp, const DeviceInfo& device) {
 
 Status launch(const BwdProblem& problem, const DeviceInfo&, cudaStream_t stream) {
   BwdProblem fixed = problem;
-  fixed.dq_fixed_point = bwd_sm90::dq_fixed_point(problem.deterministic);
+  fixed.dq_in_launch_order = problem.deterministic && bwd_sm90::dq_in_launch_order(problem.fwd);
+  fixed.dq_fixed_point = bwd_sm90::dq_fixed_point(problem.deterministic, fixed.dq_in_launch_order);
   return with_backward_workspace(fixed, stream, kName, [&](const BwdProblem& bp) {
     return dispatch_dtype_head_dim<BwdSm90>(bp, bp.fwd.dtype, bp.fwd.head_dim, stream);
   });
@@ -55,25 +56,29 @@ BackwardKernelEntry bwd_sm90_backward_entry() {
       "by TMA reductions (deterministic mode: in 64-bit fixed point); d = 256: 64-key blocks "
       "split between the warpgroups, dK^T/dV^T in registers, P and dS through shared memory, dQ "
       "staged in the consumed Q/dO stage and added by TMA reductions (deterministic mode: in "
-      "64-bit fixed point, one 64-column slice at a time)";
+      "64-bit fixed point, one 64-column slice at a time); the deterministic mode of short "
+      "sequences of many heads: one launch of the default kernel per KV block index (fp32 dQ "
+      "summed in launch order)";
   e.supports = "bf16/fp16, head_dim 64, 128 and 256, causal (block skipping), sliding window, "
                "softcap, sinks, variable-length batches, GQA/MQA, deterministic mode; 16-byte "
                "aligned pointers and strides; sm90a (H100/H200)";
   e.variants = {/*window=*/true, /*softcap=*/true, /*sinks=*/true, /*varlen=*/true};
   e.auto_priority = 20;
   // The deterministic mode: bwd_sm90 sums dQ in 64-bit fixed point (no waiting, twice the
-  // reduction bytes and three memory-bound passes around the kernel), fa2 in turn order.
-  // Measured next to each other: at d <= 128 on the H100
-  // (docs/results/2026-11-27-h100-peers-bwd-deterministic-8fbc674.json) bwd_sm90 faster without
-  // the mask from 1k keys (+12 to +68%), under the causal mask from 2k keys (d = 64 +2 to +26%,
-  // d = 128 +17 to +62%), fa2 faster at 512 keys (+4 to +30%) and under the mask at 1k keys (+6
-  // to +7%); at d = 256 on an H200 (WORKLOG, "bwd_sm90", session 38) bwd_sm90 faster without the
-  // mask from 512 keys (+10 to +45%) and under it from 2k keys (+6 to +25%), fa2 under the mask
-  // at 512 and 1k keys (+21% / +4%). "auto" ranks bwd_sm90 below fa2 (10) where fa2 was faster.
+  // reduction bytes and three memory-bound passes around the kernel) or, for short sequences of
+  // many heads, in launch order (bwd_sm90_launch.h); fa2 in turn order. Measured next to each
+  // other on the H100 (docs/results/2026-11-27-h100-peers-bwd-deterministic-8fbc674.json and,
+  // with d = 256 in fixed point and launch order, ...-2b1517e-launch-order.json): bwd_sm90 faster without
+  // the mask from 1k keys (d <= 128 +12 to +68%, d = 256 +10 to +24%) and, in launch order, at
+  // d = 64's 512 (+7%); under the causal mask from 2k keys at d <= 128 (+2 to +62%), from 8k at
+  // d = 256 (+3 / +7%; even at 4k); fa2 faster at 512 keys otherwise (+4 to +30%), under the mask
+  // at 1k keys (+0 to +13%) and at d = 256 at 2k (+5%). "auto" ranks bwd_sm90 below fa2 (10)
+  // where fa2 was faster.
   e.auto_priority_for = [](const BwdProblem& p) {
     if (!p.deterministic) return 20;
     const FwdProblem& f = p.fwd;
-    const int from = f.causal ? 2048 : f.head_dim > 128 ? 0 : 1024;
+    if (bwd_sm90::dq_in_launch_order(f) && !f.causal) return 20;
+    const int from = !f.causal ? 1024 : f.head_dim > 128 ? 4096 : 2048;
     return f.seqlen_k >= from ? 20 : 5;
   };
   e.check = check;

@@ -45,7 +45,8 @@ struct BwdParams {
 };
 
 // The CTA's work: KV block kv_block (keys k0 ...) of KV head hk of batch entry or sequence b
-// (blockIdx.y, .z). With across_heads (BwdProblem::kv_blocks_across_heads)
+// (blockIdx.y, .z), the block index blockIdx.x plus kv_block_offset (BwdProblem::
+// dq_in_launch_order: a launch per KV block index). With across_heads (BwdProblem::kv_blocks_across_heads)
 // the grid is (KV heads, KV blocks, batch): the CTAs are launched a batch entry's KV block 0 of
 // every KV head first, then block 1, ... The coordinates stay block indices (uniform registers
 // read from the grid), which a remapped linear index was not: computed in ordinary registers, it
@@ -58,8 +59,8 @@ struct CtaSequence {
   int kv_block, k0, hk, b;
   FwdProblem sequence;
   SequenceOffsets at;
-  __device__ CtaSequence(const FwdProblem& whole, bool across_heads, int block_n)
-      : kv_block(across_heads ? blockIdx.y : blockIdx.x),
+  __device__ CtaSequence(const FwdProblem& whole, bool across_heads, int kv_block_offset, int block_n)
+      : kv_block((across_heads ? blockIdx.y : blockIdx.x) + kv_block_offset),
         k0(kv_block * block_n), hk(across_heads ? blockIdx.x : blockIdx.y), b(blockIdx.z) {
     if constexpr (kVarlen) {
       const SequenceSpan span = sequence_span(whole, b);
@@ -208,7 +209,7 @@ __device__ __forceinline__ void run_backward_cta(const typename Config::Params& 
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, D = Config::kHeadDim;
   auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
   const BwdProblem& bp = params.problem;
-  const CtaSequence<kVarlen> cta(bp.fwd, bp.kv_blocks_across_heads, kBlockN);
+  const CtaSequence<kVarlen> cta(bp.fwd, bp.kv_blocks_across_heads, bp.kv_block_offset, kBlockN);
   const FwdProblem& p = kVarlen ? cta.sequence : bp.fwd;
   if (past_the_keys<T, D, kBlockN, kVarlen>(bp, p, cta.b, cta.hk, cta.k0)) return;
   const BackwardQBlocks<kBlockM> blocks(p, cta.hk, cta.k0, kBlockN);

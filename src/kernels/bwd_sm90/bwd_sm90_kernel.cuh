@@ -509,12 +509,26 @@ cudaError_t launch_main(const BwdProblem& bp, cudaStream_t stream) {
         err != cudaSuccess)
       return err;
   }
-  if constexpr (D > 128) {
-    return launch_with_smem(bwd_sm90_split_keys_kernel<T, Config, kVarlen, Mask, Score>, grid, kThreads,
-                            Config::kSmemBytes, stream, params);
+  auto launch = [&](dim3 g) {
+    if constexpr (D > 128) {
+      return launch_with_smem(bwd_sm90_split_keys_kernel<T, Config, kVarlen, Mask, Score>, g, kThreads,
+                              Config::kSmemBytes, stream, params);
+    } else {
+      return launch_with_smem(bwd_sm90_kernel<T, D, kDeterministic, kVarlen, Mask, Score>, g, kThreads,
+                              Config::kSmemBytes, stream, params);
+    }
+  };
+  if (!bp.dq_in_launch_order) return launch(grid);
+  // The deterministic mode in launch order: KV block j of every (KV head, batch entry) in launch
+  // j, which the stream starts once launch j - 1 has completed (its dQ additions with it).
+  if constexpr (kDeterministic) {
+    return cudaErrorInvalidValue;  // launch order runs the default kernel (launch_policies)
   } else {
-    return launch_with_smem(bwd_sm90_kernel<T, D, kDeterministic, kVarlen, Mask, Score>, grid, kThreads,
-                            Config::kSmemBytes, stream, params);
+    for (int j = 0; j < kv_blocks; ++j) {
+      params.problem.kv_block_offset = j;
+      if (cudaError_t err = launch(dim3(1, p.heads_kv, p.batch)); err != cudaSuccess) return err;
+    }
+    return cudaSuccess;
   }
 }
 
@@ -526,8 +540,9 @@ cudaError_t launch_main(const BwdProblem& bp, cudaStream_t stream) {
 template <typename T, int D, bool kVarlen, class Mask, class Score>
 cudaError_t launch_policies(const BwdProblem& bp, cudaStream_t stream) {
   return launch_backward_passes<T, D>(bp, stream, [&]() -> cudaError_t {
-    return bp.deterministic ? launch_main<T, D, true, kVarlen, Mask, Score>(bp, stream)
-                            : launch_main<T, D, false, kVarlen, Mask, Score>(bp, stream);
+    // The deterministic mode in launch order runs the default kernel (bwd_sm90_launch.h).
+    return bp.dq_fixed_point ? launch_main<T, D, true, kVarlen, Mask, Score>(bp, stream)
+                             : launch_main<T, D, false, kVarlen, Mask, Score>(bp, stream);
   });
 }
 

@@ -76,10 +76,33 @@ inline bool kv_blocks_across_heads(const BwdProblem& bp) {
   return p.causal && !p.local && !p.varlen() && !bp.deterministic && p.seqlen_k >= 1024 && p.seqlen_k <= 8192;
 }
 
-// The deterministic mode's dQ: 64-bit fixed point in both arrangements (BwdProblem::dq_fixed_point).
-// (Until session 38 d = 256 summed fp32 in turn order, each KV block waiting for the previous
-// one's additions: WORKLOG, "bwd_sm90".)
-constexpr bool dq_fixed_point(bool deterministic) { return deterministic; }
+// The deterministic mode's dQ, one of two ways:
+// - in launch order (BwdProblem::dq_in_launch_order): one launch of the default kernel per KV
+//   block index, each of batch x KV-heads CTAs adding dQ in fp32, the stream completing one launch
+//   before the next. No fixed-point passes and the default mode's reduction bytes, but each launch
+//   reads every head's Q and dO again and adds to its dQ sums: from HBM, unless one launch's worth
+//   (a wave of kLaunchOrderSms heads, 8 bytes per element of Q: Q, dO and the fp32 sums) stays in
+//   the 50 MB L2, where the default mode's concurrent KV blocks share them. Hence where seqlen_q x
+//   head_dim <= kLaunchOrderMaxQElems (132 x 32768 x 8 B = 35 MB) and a launch's CTAs fill at
+//   least kLaunchOrderMinUse of the slots of its waves, one CTA per SM of kLaunchOrderSms.
+//   Measured against fixed point (WORKLOG, "bwd_sm90", session 38): H100 d = 64, 512 keys +10% /
+//   +18% (causal), 1k-2k keys 0.82-0.94x; H200 d = 64 up to 2k keys +6 to +28% (its HBM is 1.4x
+//   faster), d = 128 from 1k 0.63-1.01x, d = 256 0.66-0.97x, 0.74x where a launch filled half of
+//   its wave. The SM count is fixed (an H100 SXM's or H200's), not the device's, so that the mode,
+//   and so the bits, depend on the problem alone, never on the SMs a launch finds free.
+// - otherwise in 64-bit fixed point (BwdProblem::dq_fixed_point), in both arrangements: twice the
+//   default mode's reduction bytes and three passes more, but any CTA order. (Until session 38
+//   d = 256 summed fp32 in turn order, each KV block waiting for the previous one's additions.)
+constexpr int kLaunchOrderSms = 132;
+constexpr double kLaunchOrderMinUse = 0.75;
+constexpr long long kLaunchOrderMaxQElems = 32768;
+constexpr bool dq_in_launch_order(const FwdProblem& p) {
+  const long long ctas = static_cast<long long>(p.batch) * p.heads_kv;
+  const long long waves = (ctas + kLaunchOrderSms - 1) / kLaunchOrderSms;
+  return ctas > 0 && static_cast<double>(ctas) >= kLaunchOrderMinUse * static_cast<double>(waves * kLaunchOrderSms) &&
+         static_cast<long long>(p.seqlen_q) * p.head_dim <= kLaunchOrderMaxQElems;
+}
+constexpr bool dq_fixed_point(bool deterministic, bool in_launch_order) { return deterministic && !in_launch_order; }
 
 template <typename T, int D>
 cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream);  // bwd_sm90_hdim<D>.cu

@@ -3,8 +3,9 @@
 //              the output dtype by the post-pass (backward_passes.cuh);
 //   row_stats  (batch, heads_q, row_stats_rows) pairs (LSE * log2 e, D = rowsum(dO * O));
 //   dq_turns   fa2's deterministic mode only: one turn counter per (batch, query head, 64-row Q
-//              block, dQ slab), zeroed before the launch (bwd_sm90 sums in fixed point).
-// With BwdProblem::dq_fixed_point (bwd_sm90's deterministic mode), dq_accum holds int64
+//              block, dQ slab), zeroed before the launch (not bwd_sm90's: it sums in launch order,
+//              BwdProblem::dq_in_launch_order, with the default mode's workspace, or in fixed point).
+// With BwdProblem::dq_fixed_point (bwd_sm90's deterministic mode but in launch order), dq_accum holds int64
 // (twice the bytes) and two more pieces follow: dq_scale, a float per row-statistics row (the
 // power of two that row's contributions are scaled by), and abs_max_kv (max |K|, max |V|, zeroed
 // before the launch); no turns.
@@ -104,7 +105,7 @@ Status with_backward_workspace(const BwdProblem& problem, cudaStream_t stream, c
   const size_t stats_bytes = stat_rows * 2 * sizeof(float);
   const size_t scale_bytes = fixed ? stat_rows * sizeof(float) : 0;  // a multiple of 512 bytes
   const size_t max_bytes = fixed && rows > 0 ? 16 : 0;               // two used
-  const size_t turn_bytes = bp.deterministic && !fixed
+  const size_t turn_bytes = bp.deterministic && !fixed && !bp.dq_in_launch_order
       ? static_cast<size_t>(dq_turn_count(p.batch, p.heads_q, p.seqlen_q)) * sizeof(int) : 0;
   void* workspace = nullptr;
   if (rows > 0)
