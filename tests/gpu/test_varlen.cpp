@@ -11,6 +11,7 @@
 
 #include "check/check.h"
 #include "gpu_test_util.h"
+#include "kernels/bwd_sm90/bwd_sm90_launch.h"
 
 namespace hfa::testing {
 namespace {
@@ -293,6 +294,40 @@ TEST(BackwardVarlenDeterministic, BitIdenticalOnFewerSms) {
   BackwardArgs bwd = buf.backward_args();
   bwd.deterministic = true;
   expect_backward_bit_identical_on_fewer_sms(buf, bwd, "varlen");
+}
+
+// bwd_sm90's deterministic mode in launch order (bwd_sm90_launch.h: dq_in_launch_order) with a
+// variable-length batch: 13 sequences of short queries x 8 KV heads, keys ending in different KV
+// blocks (later launches find a sequence's block past its keys), causal and not, every compiled
+// head dim: correct and bit-identical on 4 SMs.
+TEST(BackwardVarlenDeterministic, LaunchOrderMatchesReferenceAndRepeats) {
+  HFA_SKIP_WITHOUT_GPU();
+  PackedCase pc{"launch_order", {}, {}, {}, 0, 16, 8};
+  for (int b = 0; b < 13; ++b) {
+    pc.q.push_back(40 + 7 * b);   // 40 ... 124
+    pc.k.push_back(60 + 29 * b);  // 60 ... 408
+  }
+  for (int d : compiled_head_dims())
+    for (int mode : {0, 1}) {
+      FwdProblem as_launched;
+      as_launched.batch = static_cast<int>(pc.q.size()), as_launched.heads_kv = pc.heads_kv;
+      as_launched.seqlen_q = pc.q.back(), as_launched.head_dim = d;
+      ASSERT_TRUE(bwd_sm90::dq_in_launch_order(as_launched)) << "d " << d << ": no longer launch order";
+      const BackwardVarlenParam p{"bwd_sm90", d, DType::kBF16, kModes[mode], true};
+      const check::Config c = backward_varlen_config(p, pc, mode);
+      expect_backward_pass(c, test_seed("LaunchOrder") + d + mode, /*max_groups=*/6);
+      if (IsSkipped() || HasFatalFailure()) return;
+      check::DeviceBuffers buf;
+      ASSERT_TRUE(buf.allocate(c).ok());
+      ASSERT_TRUE(buf.fill_random(34 + mode).ok());
+      ForwardArgs fwd = buf.forward_args();
+      fwd.kernel = "auto";  // (the config names the backward kernel)
+      ASSERT_TRUE(forward(fwd).ok());
+      BackwardArgs bwd = buf.backward_args();
+      bwd.deterministic = true;
+      expect_backward_bit_identical_on_fewer_sms(buf, bwd, c.describe());
+      if (IsSkipped() || HasFatalFailure()) return;
+    }
 }
 
 // fp32 gradients (BackwardArgs: dq, dk, dv all fp32) with a variable-length batch: the bf16/fp16
