@@ -257,6 +257,25 @@ __device__ __forceinline__ void transformed_p_and_ds(const Score& score, float s
   dp = prob * (dp - stat.y) * tanh_derivative(x, t);
 }
 
+// One store of a dQ fragment's staging, in both arrangements: fragment columns (c, c + 1) of row r
+// (an 8-column group's pair), or for a thread of odd rows the partner group's pair, kSwapCols
+// columns over (DqStage::kOddRowGroupSwap: no bank conflicts), to the staging at addr: as fp32,
+// or with kFixedPoint (the deterministic mode's int64) times the row's power of two, row_scale[r],
+// rounded.
+template <bool kFixedPoint, int kSwapCols, class RowCol>
+__device__ __forceinline__ void stage_dq_pair(uint32_t addr, const RowCol& dq_rc, int r, int c, bool odd_rows,
+                                              const float* row_scale) {
+  const float lo = odd_rows ? dq_rc(r, c ^ kSwapCols) : dq_rc(r, c);
+  const float hi = odd_rows ? dq_rc(r, (c ^ kSwapCols) + 1) : dq_rc(r, c + 1);
+  if constexpr (kFixedPoint) {
+    const long long lo_fixed = __float2ll_rn(lo * row_scale[r]);
+    const long long hi_fixed = __float2ll_rn(hi * row_scale[r]);
+    asm volatile("st.shared.v2.b64 [%0], {%1, %2};\n" ::"r"(addr), "l"(lo_fixed), "l"(hi_fixed) : "memory");
+  } else {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(lo), "f"(hi) : "memory");
+  }
+}
+
 // After the walk: rows of dK and dV the sequence spans but does not use (past seqused_k, when
 // the block holds its last used key) are zeroed; `used`: the block's used keys, p.seqlen_k - k0.
 template <int D, bool kVarlen, int BlockN, class G>

@@ -291,15 +291,7 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
         // The row's offset: 8 rows per r within a 64-row atom, 64 rows per atom (kBlockM = 128).
         const int drow = get<0>(dq_coord_rc(r, 0)) - dq_row0;
         const uint32_t addr = dq_stage + DqStaging::byte_offset(dq_row_base, dcol) + drow * 128;
-        const float lo = odd_rows ? dq_rc(r, c ^ kSwapCols) : dq_rc(r, c);
-        const float hi = odd_rows ? dq_rc(r, (c ^ kSwapCols) + 1) : dq_rc(r, c + 1);
-        if constexpr (Config::kFixedPointDq) {
-          const long long lo_fixed = __float2ll_rn(lo * row_scale[r]);
-          const long long hi_fixed = __float2ll_rn(hi * row_scale[r]);
-          asm volatile("st.shared.v2.b64 [%0], {%1, %2};\n" ::"r"(addr), "l"(lo_fixed), "l"(hi_fixed) : "memory");
-        } else {
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(lo), "f"(hi) : "memory");
-        }
+        stage_dq_pair<Config::kFixedPointDq, kSwapCols>(addr, dq_rc, r, c, odd_rows, row_scale);
       }
   };
   auto dq_publish = [&] {

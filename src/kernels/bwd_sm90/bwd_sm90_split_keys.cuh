@@ -195,7 +195,7 @@ __device__ __forceinline__ void split_keys_consumers(const typename Config::Para
     void* stage = warpgroup == 0 ? static_cast<void*>(ss.q[st_i.index]) : static_cast<void*>(ss.dout[st_i.index]);
     const uint32_t stage_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
     // Fixed point: the power of two of each of the thread's rows (the pre-pass's).
-    [[maybe_unused]] float row_scale[2];
+    float row_scale[2];
     if constexpr (Config::kFixedPointDq) {
       const float* scales = bp.dq_scale + workspace_rows(bp, b, qb.h, at.q, kVarlen).stats + qb.q0;
       CUTE_UNROLL
@@ -232,15 +232,7 @@ __device__ __forceinline__ void split_keys_consumers(const typename Config::Para
           const int col = in_staging * Config::kDqSliceCols + get<1>(dq_coord_rc(r, c)) - dq_col0;
           const uint32_t addr = stage_addr + row_bases[col % Config::kDqSlabCols / 8] +
                                 DqStaging::byte_offset(0, col - col % Config::kDqSlabCols) + r * 1024;
-          const float lo = odd_rows ? dq_rc(r, c ^ kSwapCols) : dq_rc(r, c);
-          const float hi = odd_rows ? dq_rc(r, (c ^ kSwapCols) + 1) : dq_rc(r, c + 1);
-          if constexpr (Config::kFixedPointDq) {
-            const long long lo_fixed = __float2ll_rn(lo * row_scale[r]);
-            const long long hi_fixed = __float2ll_rn(hi * row_scale[r]);
-            asm volatile("st.shared.v2.b64 [%0], {%1, %2};\n" ::"r"(addr), "l"(lo_fixed), "l"(hi_fixed) : "memory");
-          } else {
-            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(lo), "f"(hi) : "memory");
-          }
+          stage_dq_pair<Config::kFixedPointDq, kSwapCols>(addr, dq_rc, r, c, odd_rows, row_scale);
         }
       if (in_staging != kSlicesPerStaging - 1) continue;
       sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
