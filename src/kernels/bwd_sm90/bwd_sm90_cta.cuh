@@ -46,14 +46,14 @@ struct BwdParams {
 
 // The CTA's work: KV block kv_block (keys k0 ...) of KV head hk of batch entry or sequence b
 // (blockIdx.y, .z), the block index blockIdx.x plus kv_block_offset (BwdProblem::
-// dq_in_launch_order: a launch per KV block index). With across_heads (BwdProblem::kv_blocks_across_heads)
-// the grid is (KV heads, KV blocks, batch): the CTAs are launched a batch entry's KV block 0 of
-// every KV head first, then block 1, ... The coordinates stay block indices (uniform registers
-// read from the grid), which a remapped linear index was not: computed in ordinary registers, it
-// cost d = 256's kernel 2-7% (H100; WORKLOG, "bwd_sm90", session 32). With kVarlen, sequence
-// b's lengths (sequence_span) in `sequence`, whose first packed rows `at` the TMA coordinates and
-// the stores add, while the descriptors span the packed tensors; problem(): the problem as the
-// CTA sees it.
+// dq_in_launch_order: a launch per KV block index). With across_heads
+// (BwdProblem::kv_blocks_across_heads) the grid is (KV heads, KV blocks, batch): the CTAs are
+// launched a batch entry's KV block 0 of every KV head first, then block 1, ... The coordinates
+// stay block indices (uniform registers read from the grid), which a remapped linear index was
+// not: computed in ordinary registers, it cost d = 256's kernel 2-7% (H100; WORKLOG, "bwd_sm90",
+// session 32). With kVarlen, sequence b's lengths (sequence_span) in `sequence`, whose first
+// packed rows `at` the TMA coordinates and the stores add, while the descriptors span the packed
+// tensors; problem(): the problem as the CTA sees it.
 template <bool kVarlen>
 struct CtaSequence {
   int kv_block, k0, hk, b;

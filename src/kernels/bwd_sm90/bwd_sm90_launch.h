@@ -66,11 +66,11 @@ static_assert(smem_bytes(64) <= 232448 && smem_bytes(128) <= 232448 && smem_byte
 // causal shapes; WORKLOG, "bwd_sm90", session 32): +2.8-4.3% at 4k and 8k keys (d = 64 / 128),
 // +3.5% at d = 256 4k, -0.4 to +1.7% at 1k-2k; at 16k -1.6% (d = 64) and -5.7% (d = 256), at 512
 // -1.1% (d = 64): hence 1k to 8k keys only. Not with a window (its blocks are nearly equal), nor
-// variable-length batches, nor the deterministic mode: its fixed-point dQ (d <= 128) measured
-// faster in the grid's order (H100 A/B, WORKLOG
-// "bwd_sm90", session 37: causal 4k / 8k +12-15% at d = 64, +15% / +46% at d = 128; 1k-2k 0 to
-// +6%, 16k within 2%): its int64 reductions, twice the default mode's bytes, seem to suffer from
-// all of a batch entry's heads walked at once (not profiled).
+// variable-length batches, nor the deterministic mode: its fixed-point dQ measured faster in the
+// grid's order (H100 A/B, WORKLOG "bwd_sm90", session 37: causal 4k / 8k +12-15% at d = 64,
+// +15% / +46% at d = 128; 1k-2k 0 to +6%, 16k within 2%): its int64 reductions, twice the
+// default mode's bytes, seem to suffer from all of a batch entry's heads walked at once (not
+// profiled).
 inline bool kv_blocks_across_heads(const BwdProblem& bp) {
   const FwdProblem& p = bp.fwd;
   return p.causal && !p.local && !p.varlen() && !bp.deterministic && p.seqlen_k >= 1024 && p.seqlen_k <= 8192;
