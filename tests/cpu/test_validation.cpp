@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "api/validate.h"
 #include "hfa_build_config.h"
@@ -213,6 +214,9 @@ TEST(Validation, HopperKernelsNeedHopper) {
   ampere.cc_major = 8;
   ampere.cc_minor = 6;
   for (const char* k : {"k3_1", "k3_2", "k3_3", "k4_qk", "k4", "k5", "k6", "k6_no_pingpong", "k6_no_overlap"}) {
+    // (k3_3 has no head_dim 256 shape, which a build of that head dim alone would test here:
+    // ShapesThatDoNotFitSharedMemory checks that refusal.)
+    if (std::string(k) == "k3_3" && kD == 256) continue;
     ForwardArgs a = valid_args();
     a.kernel = k;
     EXPECT_TRUE(plan(a).ok()) << k << ": " << plan(a).message;

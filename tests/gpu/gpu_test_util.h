@@ -155,9 +155,10 @@ inline std::vector<unsigned char> download_bytes(
 }
 
 // Runs the (deterministic) backward `bwd` on buf three times, the gradients poisoned before each,
-// the second run with only 4 of the GPU's SMs free (the others held by check::SmOccupier, so the
+// the second run with only 16 of the GPU's SMs free (the others held by check::SmOccupier, so the
 // KV blocks finish in another order), and expects dq, dk, dv bit-identical. `what` names the case
-// in failures; kUnsupported skips.
+// in failures; kUnsupported skips. (16, not fewer: bwd_sm90 at d = 256 launches clusters of two
+// CTAs, which need two free SMs in one GPC; 16 free SMs in an H100's 8 GPCs put two in one.)
 inline void expect_backward_bit_identical_on_fewer_sms(check::DeviceBuffers& buf, const BackwardArgs& bwd,
                                                        const std::string& what) {
   std::vector<std::vector<unsigned char>> outs;
@@ -165,7 +166,7 @@ inline void expect_backward_bit_identical_on_fewer_sms(check::DeviceBuffers& buf
     for (const auto* t : {&buf.dq, &buf.dk, &buf.dv})
       ASSERT_EQ(cudaMemset(t->data, 0xFF, t->alloc_elems * size_of(t->view.dtype)), cudaSuccess);
     check::SmOccupier occupier;
-    if (run == 1) ASSERT_TRUE(occupier.occupy(/*free_sms=*/4).ok());
+    if (run == 1) ASSERT_TRUE(occupier.occupy(/*free_sms=*/16).ok());
     const Status st = backward(bwd);
     if (st.code == StatusCode::kUnsupported) GTEST_SKIP() << st.message;
     ASSERT_TRUE(st.ok()) << st.message;
@@ -173,7 +174,7 @@ inline void expect_backward_bit_identical_on_fewer_sms(check::DeviceBuffers& buf
     ASSERT_TRUE(occupier.release().ok());
     outs.push_back(download_bytes({&buf.dq, &buf.dk, &buf.dv}));
   }
-  EXPECT_TRUE(outs[0] == outs[1]) << what << ": the run on 4 SMs differs";
+  EXPECT_TRUE(outs[0] == outs[1]) << what << ": the run on 16 SMs differs";
   EXPECT_TRUE(outs[0] == outs[2]) << what << ": two full-GPU runs differ";
 }
 

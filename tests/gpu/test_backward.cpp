@@ -3,6 +3,8 @@
 // (check::run_check_backward).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "check/check.h"
 #include "gpu_test_util.h"
 #include "kernels/bwd_sm90/bwd_sm90_launch.h"
@@ -133,6 +135,36 @@ TEST_P(BackwardPerKernel, CausalBlocksAcrossHeads) {
     }
 }
 
+// bwd_sm90 at d = 256 runs its CTAs in pairs on adjacent KV blocks (bwd_sm90_cta.cuh: kCtaPairs)
+// that walk the Q blocks of both and sum their dQ blocks on chip: odd KV block counts (the pair's
+// second CTA past the keys), causal with sq != sk both ways (one CTA of a pair visits Q blocks it
+// does not see), a window whose edges fall differently for the pair's two CTAs, GQA 4:1 and MQA;
+// the default and the deterministic mode, bf16 and fp16.
+TEST(BackwardCtaPairs, Bwdsm90D256MatchesReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  const std::vector<int> dims = supported_head_dims("bwd_sm90");
+  if (std::find(dims.begin(), dims.end(), 256) == dims.end()) GTEST_SKIP() << "bwd_sm90 has no d = 256 here";
+  struct Case {
+    ShapeCase shape;
+    bool causal;
+    int window_left, window_right;
+  };
+  const Case cases[] = {{{2, 190, 190, 8, 2}, false, -1, -1},
+                        {{1, 400, 321, 8, 2}, true, -1, -1},
+                        {{1, 250, 450, 4, 1}, true, -1, -1},
+                        {{2, 500, 500, 4, 4}, false, 100, 30}};
+  uint64_t seed = 70;
+  for (const Case& k : cases)
+    for (bool deterministic : {false, true})
+      for (DType dtype : {DType::kBF16, DType::kFP16}) {
+        check::Config c = backward_config({"bwd_sm90", 256, k.causal, dtype}, k.shape);
+        c.window_left = k.window_left;
+        c.window_right = k.window_right;
+        c.deterministic = deterministic;
+        expect_backward_pass(c, ++seed);
+      }
+}
+
 // dk and dv are sums kept on chip in a fixed order: identical from run to run. dq is summed with
 // fp32 atomics across KV blocks, so its last bits may differ (it is checked by the rule above).
 TEST_P(BackwardPerKernel, KeyValueGradientsDeterministic) {
@@ -180,7 +212,7 @@ TEST_P(BackwardPerKernel, DeterministicModeMatchesReference) {
       }
 }
 
-// ... and bit-identical across runs, including a run that gets only 4 of the GPU's SMs (the
+// ... and bit-identical across runs, including a run that gets only 16 of the GPU's SMs (the
 // others held by check::SmOccupier), where the KV blocks finish in another order.
 TEST_P(BackwardPerKernel, DeterministicModeBitIdenticalOnFewerSms) {
   HFA_SKIP_WITHOUT_GPU();
@@ -202,8 +234,8 @@ TEST_P(BackwardPerKernel, DeterministicModeBitIdenticalOnFewerSms) {
 
 // bwd_sm90's deterministic mode in launch order (bwd_sm90_launch.h: dq_in_launch_order, where a
 // KV block index's batch x KV-heads CTAs fill the GPU and the queries are few; the tests above
-// take the fixed-point way): correct and bit-identical on 4 SMs, at every compiled head dim, causal and
-// not, GQA 2:1, sq != sk, two or three KV blocks.
+// take the fixed-point way): correct and bit-identical on 16 SMs, at every compiled head dim,
+// causal and not, GQA 2:1, sq != sk, two or three KV blocks.
 TEST(BackwardDeterministic, Bwdsm90LaunchOrderMatchesReferenceAndRepeats) {
   HFA_SKIP_WITHOUT_GPU();
   uint64_t seed = 60;

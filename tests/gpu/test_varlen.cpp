@@ -280,7 +280,7 @@ TEST(BackwardVarlenDeviceValues, OutOfRangeValuesStayInsideTheTensors) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
-// Deterministic mode with a variable-length batch: bit-identical across runs, one of them on 4
+// Deterministic mode with a variable-length batch: bit-identical across runs, one of them on 16
 // SMs (the KV blocks then finish in another order).
 TEST(BackwardVarlenDeterministic, BitIdenticalOnFewerSms) {
   HFA_SKIP_WITHOUT_GPU();
@@ -299,7 +299,7 @@ TEST(BackwardVarlenDeterministic, BitIdenticalOnFewerSms) {
 // bwd_sm90's deterministic mode in launch order (bwd_sm90_launch.h: dq_in_launch_order) with a
 // variable-length batch: 13 sequences of short queries x 8 KV heads, keys ending in different KV
 // blocks (later launches find a sequence's block past its keys), causal and not, every compiled
-// head dim: correct and bit-identical on 4 SMs.
+// head dim: correct and bit-identical on 16 SMs.
 TEST(BackwardVarlenDeterministic, LaunchOrderMatchesReferenceAndRepeats) {
   HFA_SKIP_WITHOUT_GPU();
   PackedCase pc{"launch_order", {}, {}, {}, 0, 16, 8};

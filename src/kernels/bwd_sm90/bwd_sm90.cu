@@ -56,7 +56,8 @@ BackwardKernelEntry bwd_sm90_backward_entry() {
       "by TMA reductions (deterministic mode: in 64-bit fixed point); d = 256: 64-key blocks "
       "split between the warpgroups, dK^T/dV^T in registers, P and dS through shared memory, dQ "
       "staged in the consumed Q/dO stage and added by TMA reductions (deterministic mode: in "
-      "64-bit fixed point, one 64-column slice at a time); the deterministic mode of short "
+      "64-bit fixed point, by clusters of two CTAs on adjacent KV blocks, each adding half of "
+      "the columns summed with its partner's on chip); the deterministic mode of short "
       "sequences of many heads: one launch of the default kernel per KV block index (fp32 dQ "
       "summed in launch order)";
   e.supports = "bf16/fp16, head_dim 64, 128 and 256, causal (block skipping), sliding window, "

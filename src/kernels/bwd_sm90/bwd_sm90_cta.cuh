@@ -4,9 +4,17 @@
 // and the row statistics, the CTA's course up to its consumers (run_backward_cta), the mask and
 // softcap of P and dS, and the tail of dK and dV.
 //
-// A Config provides E, kBlockM, kBlockN, kHeadDim, kStages, kStageConsumedBarriers, QLayout,
-// KVLayout, Pipeline, Params (BwdParams below) and a SharedStorage with k, v, q[], dout[], stats[],
-// kv_barrier, ds_ready[2], ds_free[2], pipeline (and stage_consumed[] with kStageConsumedBarriers).
+// A Config provides E, kBlockM, kBlockN, kHeadDim, kStages, kStageConsumedBarriers, kCtaPairs,
+// QLayout, KVLayout, Pipeline, Params (BwdParams below) and a SharedStorage with k, v, q[], dout[],
+// stats[], kv_barrier, ds_ready[2], ds_free[2], pipeline (and stage_consumed[] with
+// kStageConsumedBarriers; pair.dq_mail_full[2], pair.dq_mail_free[2] with kCtaPairs).
+//
+// kCtaPairs: the CTAs run as clusters of two on adjacent KV blocks (j even, j + 1), ranks 0 and 1
+// of the cluster, and both walk the Q blocks of the pair's 2 * kBlockN keys (the union of what
+// each would visit: a block one of them does not see is masked whole, P = 0), so that they can sum
+// their dQ blocks on chip (bwd_sm90_split_keys.cuh). The grid's KV-block axis is even: a pair's
+// second CTA past the keys (an odd block count) walks with its partner, every key masked, and
+// writes nothing; a pair wholly past a sequence's keys leaves.
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -19,6 +27,7 @@
 #include "kernels/common/numeric.cuh"
 #include "kernels/common/varlen.cuh"
 #include "kernels/sm90/common/bulk_reduce.cuh"
+#include "kernels/sm90/common/cta_pair.cuh"
 #include "kernels/sm90/common/pipeline.cuh"
 #include "kernels/sm90/common/staged_output.cuh"
 #include "kernels/sm90/common/tma.cuh"
@@ -92,13 +101,14 @@ __device__ __forceinline__ void with_gradient_rows(const BwdProblem& bp, int b, 
     f(static_cast<T*>(bp.dk) + dk_at, static_cast<T*>(bp.dv) + dv_at, k_rows);
 }
 
-// A variable-length batch's grid is sized by max_seqlen_k: a CTA whose block starts past its
-// sequence's keys zeroes the rows of dK and dV it spans but does not use (past seqused_k) and
-// reports true (the CTA leaves).
+// A variable-length batch's grid is sized by max_seqlen_k: a CTA whose walk (walk_k0: its block's
+// first key, or its pair's) starts past its sequence's keys zeroes the rows of dK and dV its block
+// spans but does not use (past seqused_k) and reports true (the CTA leaves).
 template <typename T, int D, int BlockN, bool kVarlen>
-__device__ __forceinline__ bool past_the_keys(const BwdProblem& bp, const FwdProblem& p, int b, int hk, int k0) {
+__device__ __forceinline__ bool past_the_keys(const BwdProblem& bp, const FwdProblem& p, int b, int hk, int k0,
+                                              int walk_k0) {
   if constexpr (kVarlen) {
-    if (k0 >= p.seqlen_k) {
+    if (walk_k0 >= p.seqlen_k) {
       with_gradient_rows<T, kVarlen>(bp, b, hk, k0, [&](auto* dk_out, auto* dv_out, int k_rows) {
         using G = std::remove_pointer_t<decltype(dk_out)>;
         const int unused = min(k_rows - k0, BlockN);
@@ -124,6 +134,8 @@ __device__ __forceinline__ void init_barriers(Storage& ss) {
   }
   if constexpr (Config::kStageConsumedBarriers)  // d = 256: its dQ staging in consumed stages
     for (int i = 0; i < Config::kStages; ++i) cutlass::arch::ClusterBarrier::init(&ss.stage_consumed[i], 256);
+  if constexpr (Config::kCtaPairs)
+    for (int w = 0; w < 2; ++w) sm90::PairMailbox::init(&ss.pair.dq_mail_full[w], &ss.pair.dq_mail_free[w]);
   cutlass::arch::fence_barrier_init();
 }
 
@@ -178,13 +190,16 @@ struct NoWarpRole {
 // warpgroup gives up registers, its thread 0 streams the Q blocks and its second warp (warp 1)
 // runs second_warp(); the consumer warpgroups take the registers. Returns true for the producer
 // warpgroup (done: the caller returns).
+// (With kCtaPairs the barriers are initialized earlier: run_backward_cta.)
 template <class Config, bool kVarlen, class Storage, class SecondWarp>
 __device__ __forceinline__ bool run_producer(const typename Config::Params& params, Storage& ss,
                                             const FwdProblem& p, const SequenceOffsets& at,
                                             const BackwardQBlocks<Config::kBlockM>& blocks,
                                             int kv_block, int hk, int b, SecondWarp second_warp) {
-  if (threadIdx.x == 0) init_barriers<Config>(ss);
-  __syncthreads();
+  if constexpr (!Config::kCtaPairs) {
+    if (threadIdx.x == 0) init_barriers<Config>(ss);
+    __syncthreads();
+  }
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
     if (threadIdx.x == 0 && blocks.n_iters > 0) {
@@ -211,8 +226,16 @@ __device__ __forceinline__ void run_backward_cta(const typename Config::Params& 
   const BwdProblem& bp = params.problem;
   const CtaSequence<kVarlen> cta(bp.fwd, bp.kv_blocks_across_heads, bp.kv_block_offset, kBlockN);
   const FwdProblem& p = kVarlen ? cta.sequence : bp.fwd;
-  if (past_the_keys<T, D, kBlockN, kVarlen>(bp, p, cta.b, cta.hk, cta.k0)) return;
-  const BackwardQBlocks<kBlockM> blocks(p, cta.hk, cta.k0, kBlockN);
+  int walk_k0 = cta.k0, walk_keys = kBlockN;  // the keys whose Q blocks the CTA visits
+  if constexpr (Config::kCtaPairs) {
+    // Both CTAs of the pair have their barriers before either may signal the other's.
+    if (threadIdx.x == 0) init_barriers<Config>(ss);
+    sm90::cluster_sync_all();
+    walk_k0 = cta.k0 - static_cast<int>(sm90::cluster_cta_rank()) * kBlockN;
+    walk_keys = 2 * kBlockN;
+  }
+  if (past_the_keys<T, D, kBlockN, kVarlen>(bp, p, cta.b, cta.hk, cta.k0, walk_k0)) return;
+  const BackwardQBlocks<kBlockM> blocks(p, cta.hk, walk_k0, walk_keys);
   if (run_producer<Config, kVarlen>(params, ss, p, cta.at, blocks, cta.kv_block, cta.hk, cta.b, [&] {
         second_warp(ss, p, cta.at, blocks, cta.kv_block, cta.k0, cta.hk, cta.b);
       }))

@@ -103,6 +103,7 @@ struct BwdConfig {
   static constexpr int kSlabsPerWarpgroup = (kDqSplitsRows ? D : D / 2) / kDqSlabCols;
   static constexpr int kDqRows = kDqSplitsRows ? kBlockM / 2 : kBlockM;
   static constexpr bool kStageConsumedBarriers = false;  // (the d = 256 arrangement's)
+  static constexpr bool kCtaPairs = false;               // (the d = 256 arrangement's)
 
   struct SharedStorage {
     alignas(1024) E k[kBlockN * D];
@@ -488,10 +489,12 @@ cudaError_t launch_main(const BwdProblem& bp, cudaStream_t stream) {
       : sm90::make_tile_tma<E, Config::kBlockM, D>(bp.dout, rows_q, p.heads_q, tma_batch, bp.do_row_stride, bp.do_head_stride, bp.do_batch_stride);
   params.tma_k = sm90::make_tile_tma<E, Config::kBlockN, D>(p.k, rows_k, p.heads_kv, tma_batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
   params.tma_v = sm90::make_tile_tma<E, Config::kBlockN, D>(p.v, rows_k, p.heads_kv, tma_batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
-  const int kv_blocks = (p.seqlen_k + Config::kBlockN - 1) / Config::kBlockN;
+  // With CTA pairs (d = 256, deterministic) the KV-block axis is even: clusters of two along it.
+  constexpr int kPair = Config::kCtaPairs ? 2 : 1;
+  const int kv_blocks = ((p.seqlen_k + Config::kBlockN - 1) / Config::kBlockN + kPair - 1) / kPair * kPair;
   params.problem.kv_blocks_across_heads = kv_blocks_across_heads(bp);
-  const dim3 grid = params.problem.kv_blocks_across_heads ? dim3(p.heads_kv, kv_blocks, p.batch)
-                                                          : dim3(kv_blocks, p.heads_kv, p.batch);
+  const bool across_heads = params.problem.kv_blocks_across_heads;
+  const dim3 grid = across_heads ? dim3(p.heads_kv, kv_blocks, p.batch) : dim3(kv_blocks, p.heads_kv, p.batch);
   if (!no_queries) {
     constexpr bool kFixed = Config::kFixedPointDq;
     if (kFixed != bp.dq_fixed_point) return cudaErrorInvalidValue;  // the workspace is laid out for the other
@@ -502,7 +505,11 @@ cudaError_t launch_main(const BwdProblem& bp, cudaStream_t stream) {
       return err;
   }
   auto launch = [&](dim3 g) {
-    if constexpr (D > 128) {
+    if constexpr (Config::kCtaPairs) {
+      return launch_clusters_with_smem(bwd_sm90_split_keys_kernel<T, Config, kVarlen, Mask, Score>, g,
+                                       across_heads ? dim3(1, 2, 1) : dim3(2, 1, 1), kThreads, Config::kSmemBytes,
+                                       stream, params);
+    } else if constexpr (D > 128) {
       return launch_with_smem(bwd_sm90_split_keys_kernel<T, Config, kVarlen, Mask, Score>, g, kThreads,
                               Config::kSmemBytes, stream, params);
     } else {

@@ -36,13 +36,14 @@ constexpr bool has_shape(int head_dim) { return head_dim == 64 || head_dim == 12
 
 // Shared memory of a shape: K and V, stages x (Q, dO), two dS buffers (bf16/fp16), at d <= 128
 // the staged dQ block (fp32, int64 in the deterministic mode; d = 256 stages it in a consumed
-// Q / dO stage), at d = 256 the P tile; stages x the row statistics, 1 KB of barriers and 1 KB of
-// alignment slack.
+// Q / dO stage), at d = 256 the P tile (and in the deterministic mode the CTA pair's two 4 KB dQ
+// mailboxes); stages x the row statistics, 1 KB of barriers and 1 KB of alignment slack.
 constexpr size_t smem_bytes(int head_dim, bool deterministic, bool local) {
   const size_t m = block_m(head_dim, deterministic, local), n = block_n(head_dim), d = head_dim,
                st = stages(head_dim, deterministic, local);
   const size_t tiles = (2 * n * d + st * 2 * m * d + 2 * n * m) * 2 + st * m * 8 + 2048;
-  return !has_shape(head_dim) ? 0 : head_dim <= 128 ? tiles + m * d * (deterministic ? 8 : 4) : tiles + m * n * 2;
+  if (!has_shape(head_dim)) return 0;
+  return head_dim <= 128 ? tiles + m * d * (deterministic ? 8 : 4) : tiles + m * n * 2 + (deterministic ? 8192 : 0);
 }
 // The largest of a head dim's shapes (what the device must offer).
 constexpr size_t smem_bytes(int head_dim) {

@@ -16,9 +16,12 @@
 // so dQ_i is staged in the ring stage that block i was read from (Q's tile and dO's, 32 KB each),
 // which goes back to the producer once the reductions have read it. (8-byte fp32 atomics from the
 // registers, the first version, made the kernel L2-bound: WORKLOG.) The deterministic mode sums
-// dQ in 64-bit fixed point, as the d <= 128 kernel does (BwdProblem::dq_fixed_point): a slice of
-// int64 fills a 32 KB tile, so a warpgroup stages and reduces its two slices one after the other,
-// the second once the bulk engine has read the first.
+// dQ in 64-bit fixed point, as the d <= 128 kernel does (BwdProblem::dq_fixed_point), twice the
+// bytes into the L2, which bound it: so there the CTAs run in pairs (clusters of two on KV blocks
+// 2j and 2j + 1, bwd_sm90_cta.cuh: kCtaPairs) that walk the same Q blocks, and per slice each CTA
+// mails half of its columns to the other (sm90::PairMailbox) and reduces the other half, summed
+// with what it received: half the bytes. (The default mode measured 9% slower in pairs: the
+// waits for the partner's mail cost more than the bytes saved. WORKLOG, "bwd_sm90", session 39.)
 // The producer, the walk over Q blocks, the variable-length view and the dS hand-over between the
 // warpgroups (ds_ready / ds_free, two buffers) are the d <= 128 kernel's (bwd_sm90_cta.cuh).
 #pragma once
@@ -34,6 +37,7 @@
 #include "kernels/common/numeric.cuh"
 #include "kernels/sm90/common/attention_config.cuh"
 #include "kernels/sm90/common/bulk_reduce.cuh"
+#include "kernels/sm90/common/cta_pair.cuh"
 #include "kernels/sm90/common/element.cuh"
 #include "kernels/sm90/common/mask.cuh"
 #include "kernels/sm90/common/pipeline.cuh"
@@ -44,10 +48,18 @@ namespace hfa::bwd_sm90 {
 
 // Named barriers (CUTLASS adds its reserved ids): each warpgroup's P and dS halves are stored
 // (ids 1, 2) before its own GEMMs read them; its dQ staging is written (ids 3, 4) before the leader
-// issues the reductions, and read by them (ids 5, 6: fixed point, before its second slice).
+// issues the reductions (and in CTA pairs its mail read before it stores P over it).
 constexpr int kHalvesStoredBarrier = 1;  // + warpgroup
 constexpr int kDqStagedBarrier = 3;      // + warpgroup
-constexpr int kDqStagingReadBarrier = 5;  // + warpgroup
+
+// A CTA pair's dQ mail (split_keys_consumers): each warpgroup's mailbox is its half of the P tile
+// (free while it computes dQ) and 4 KB here.
+struct DqPairStorage {
+  alignas(16) float4 dq_mail[2][256];
+  uint64_t dq_mail_full[2];
+  uint64_t dq_mail_free[2];
+};
+struct NoDqPairStorage {};
 
 // kFixedPointDq_: the deterministic mode's int64 dQ (BwdProblem::dq_fixed_point).
 template <typename T, bool kFixedPointDq_ = false>
@@ -56,22 +68,24 @@ struct SplitKeysConfig {
   static constexpr int kHeadDim = 256, D = kHeadDim;
   static constexpr int kBlockM = block_m(D, false), kBlockN = block_n(D), kStages = stages(D, false);
   static constexpr int kKeysPerWarpgroup = kBlockN / 2;
-  // dQ: a warpgroup's 128 columns, computed in two slices of 64 (32 registers each), staged
-  // and reduced in DqStage's slabs (32 fp32 or 16 int64 columns) in one Q or dO tile of the ring:
-  // both slices at once in fp32, one at a time in int64 (kDqSlicesPerStaging).
+  // dQ: a warpgroup's 128 columns, computed in two slices of 64 (32 registers each), staged and
+  // reduced in DqStage's slabs (32 fp32 or 16 int64 columns) in one Q or dO tile of the ring:
+  // both slices whole in fp32 (the default mode); in int64 (fixed point, the deterministic mode)
+  // the CTAs run in pairs (kCtaPairs), each keeping 32 columns of each slice (the first 32 in
+  // rank 0) and mailing the other 32 to its partner, so that the kept sums of both slices fill
+  // the tile.
   static constexpr bool kFixedPointDq = kFixedPointDq_;
+  static constexpr bool kCtaPairs = kFixedPointDq;
   using DqElem = std::conditional_t<kFixedPointDq, long long, float>;
   using DqStaging = DqStage<kBlockM, sizeof(DqElem)>;
   static constexpr int kDqCols = D / 2, kDqSliceCols = 64, kDqSlices = kDqCols / kDqSliceCols;
+  static constexpr int kDqKeptCols = kCtaPairs ? kDqSliceCols / 2 : kDqSliceCols;  // of a slice
   static constexpr int kDqSlabCols = DqStaging::kSlabCols;
+  static constexpr int kDqSlabsPerStaging = kDqSlices * kDqKeptCols / kDqSlabCols;
   static constexpr int kDqRows = kBlockM;  // the rows of a dQ reduction's box
-  static constexpr int kDqSlicesPerStaging =
-      static_cast<int>(kBlockM * D * sizeof(E) / (kBlockM * kDqSliceCols * sizeof(DqElem)));
   static constexpr bool kStageConsumedBarriers = true;  // stage_consumed[] (init_barriers)
-  static_assert(kDqSlicesPerStaging >= 1 && kDqSlices % kDqSlicesPerStaging == 0 &&
-                    kBlockM * kDqSlicesPerStaging * kDqSliceCols * sizeof(DqElem) == kBlockM * D * sizeof(E),
-                "a warpgroup's dQ slices are staged in one Q or dO tile of the ring, whole slices at a time");
-  static_assert(kBlockN == 64 && kBlockM == 64, "the GEMM shapes below assume 64 x 64 blocks");
+  static_assert(kBlockM * kDqSlices * kDqKeptCols * sizeof(DqElem) == kBlockM * D * sizeof(E),
+                "a warpgroup's kept dQ columns of both slices fill one Q or dO tile of the ring");
   using QLayout = sm90::TileLayout<E, kBlockM, D>;                // Q_i, dO_i (query x d)
   using KVLayout = sm90::TileLayout<E, kBlockN, D>;               // K_j, V_j (key x d)
   using QtLayout = sm90::TransposedView<QLayout, kBlockM, D>;     // Q^T, dO^T (d x query)
@@ -109,6 +123,8 @@ struct SplitKeysConfig {
     uint64_t ds_free[2];
     uint64_t stage_consumed[kStages];  // both warpgroups' GEMMs are done with the stage (256 arrivals)
     typename Pipeline::SharedStorage pipeline;
+    // Last, so that the unpaired kernel's layout is the same without it.
+    std::conditional_t<kCtaPairs, DqPairStorage, NoDqPairStorage> pair;
   };
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
 
@@ -185,172 +201,313 @@ __device__ __forceinline__ void split_keys_consumers(const typename Config::Para
   uint32_t row_bases[Config::kDqSlabCols / 8];
   CUTE_UNROLL
   for (int g = 0; g < Config::kDqSlabCols / 8; ++g) row_bases[g] = DqStaging::byte_offset(dq_row_base, g * 8);
-  constexpr int kSlicesPerStaging = Config::kDqSlicesPerStaging;
-  constexpr int kSlabsPerStaging = kSlicesPerStaging * Config::kDqSliceCols / Config::kDqSlabCols;
-  auto dq_block = [&](QBlock qb, int i, const typename Pipeline::State& st_i) {
-    const int buf = i % 2;
-    cutlass::arch::ClusterBarrier::wait(&ss.ds_ready[buf], (i / 2) % 2);
-    Tensor tdQrdS = thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ss.ds[buf]), typename Config::PdSLayout{}));
-    Tensor s_kt = make_tensor(make_smem_ptr(ss.k), typename Config::KtLayout{});
-    void* stage = warpgroup == 0 ? static_cast<void*>(ss.q[st_i.index]) : static_cast<void*>(ss.dout[st_i.index]);
-    const uint32_t stage_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
-    // Fixed point: the power of two of each of the thread's rows (the pre-pass's).
-    float row_scale[2];
+  using State = typename Pipeline::State;
+  auto stage_of = [&](const State& st_i) {
+    return warpgroup == 0 ? static_cast<void*>(ss.q[st_i.index]) : static_cast<void*>(ss.dout[st_i.index]);
+  };
+  // Fixed point: the power of two of each of the thread's rows (the pre-pass's).
+  auto row_scales = [&](QBlock qb, float (&row_scale)[2]) {
     if constexpr (Config::kFixedPointDq) {
       const float* scales = bp.dq_scale + workspace_rows(bp, b, qb.h, at.q, kVarlen).stats + qb.q0;
       CUTE_UNROLL
       for (int r = 0; r < 2; ++r) row_scale[r] = scales[dq_row0 + 8 * r];
     }
-    CUTE_UNROLL
-    for (int slice = 0; slice < Config::kDqSlices; ++slice) {
-      Tensor tdQrK = thr_dq.partition_fragment_B(
-          local_tile(s_kt, Shape<Int<Config::kDqSliceCols>, Int<kBlockN>>{}, make_coord(warpgroup * Config::kDqSlices + slice, _0{})));
-      Tensor tdQ = partition_fragment_C(mma_dq, Shape<_64, Int<Config::kDqSliceCols>>{});
-      sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrK, tdQ);
-      const int in_staging = slice % kSlicesPerStaging;
-      if (slice > 0 && in_staging == 0) {
-        // The staging again (fixed point): once the bulk engine has read the previous slice out
-        // of it, waited for by the leader while the GEMM runs.
-        if (wg_thread == 0) sm90::bulk_wait_read<0>();
-        cutlass::arch::NamedBarrier::sync(128, kDqStagingReadBarrier + warpgroup);
-      }
-      warpgroup_wait<0>();
-      sm90::fence_after_wait(tdQ);
-      if (slice == 0) cutlass::arch::ClusterBarrier::wait(&ss.stage_consumed[st_i.index], st_i.phase);
-      if (slice == Config::kDqSlices - 1) cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[buf]);
-      Tensor dq_rc = sm90::as_rowcol(tdQ);
-      static_assert(size<0>(decltype(dq_rc){}) == 2, "a thread holds two rows of a dQ slice");
-      // Fragment columns (c, c + 1) are 8-column group c / 2; the partner group's are c ^ kSwapCols.
-      constexpr int kSwapCols = 2 * DqStaging::kOddRowGroupSwap;
-      static_assert(size<1>(dq_rc) % (2 * kSwapCols) == 0, "the partner group lies in the slice");
+  };
+  // After a staging: only the leader's warp waits for it to be complete, the others go on (named
+  // barriers count whole warps: a warp must not split between sync and arrive) unless every warp
+  // must (all_wait); the leader adds the slabs to the workspace by TMA reductions (rows past
+  // seqlen_q lie outside the tensor map: skipped), slab s at workspace column col(s).
+  auto reduce_staged = [&](QBlock qb, void* stage, int slabs, bool all_wait, auto col) {
+    sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
+    if (all_wait || wg_thread < 32) {
+      cutlass::arch::NamedBarrier::sync(128, kDqStagedBarrier + warpgroup);
+    } else {
+      cutlass::arch::NamedBarrier::arrive(128, kDqStagedBarrier + warpgroup);
+    }
+    if (wg_thread == 0) {
+      const WorkspaceRows rows = workspace_rows(bp, b, qb.h, at.q, kVarlen);
       CUTE_UNROLL
-      for (int r = 0; r < size<0>(dq_rc); ++r)
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(dq_rc); c += 2) {
-          // (row, col) = dq_row0 + 8 r, the staged slices' columns + dq_col0 + (constant): one
-          // base, immediates per store (as bwd_sm90_kernel.cuh stages its dQ).
-          const int col = in_staging * Config::kDqSliceCols + get<1>(dq_coord_rc(r, c)) - dq_col0;
-          const uint32_t addr = stage_addr + row_bases[col % Config::kDqSlabCols / 8] +
-                                DqStaging::byte_offset(0, col - col % Config::kDqSlabCols) + r * 1024;
-          stage_dq_pair<Config::kFixedPointDq, kSwapCols>(addr, dq_rc, r, c, odd_rows, row_scale);
-        }
-      if (in_staging != kSlicesPerStaging - 1) continue;
-      sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
-      // Only the leader's warp waits for the staging to be complete; the others go on. (Named
-      // barriers count whole warps: a warp must not split between sync and arrive.)
-      if (wg_thread < 32) {
-        cutlass::arch::NamedBarrier::sync(128, kDqStagedBarrier + warpgroup);
-      } else {
-        cutlass::arch::NamedBarrier::arrive(128, kDqStagedBarrier + warpgroup);
-      }
-      if (wg_thread == 0) {
-        const WorkspaceRows rows = workspace_rows(bp, b, qb.h, at.q, kVarlen);
-        const int first_col = warpgroup * Config::kDqCols + (slice + 1 - kSlicesPerStaging) * Config::kDqSliceCols;
-        CUTE_UNROLL
-        for (int s = 0; s < kSlabsPerStaging; ++s)
-          sm90::tensor_reduce_add(&params.dq_map, static_cast<char*>(stage) + s * kBlockM * 128,
-                                  first_col + s * Config::kDqSlabCols, static_cast<int>(rows.dq_row0 + qb.q0),
-                                  static_cast<int>(rows.dq_plane));
-        sm90::bulk_commit_group();
-      }
+      for (int s = 0; s < slabs; ++s)
+        sm90::tensor_reduce_add(&params.dq_map, static_cast<char*>(stage) + s * kBlockM * 128, col(s),
+                                static_cast<int>(rows.dq_row0 + qb.q0), static_cast<int>(rows.dq_plane));
+      sm90::bulk_commit_group();
     }
   };
   // The leader hands a stage that carried dQ back to the producer once the reductions have read
   // it: called while the warpgroup waits for its next GEMMs anyway, not right after the issue,
   // where every warp of the warpgroup would wait for the leader's wait.
-  auto release_staged = [&](const typename Pipeline::State& st_i) {
+  auto release_staged = [&](const State& st_i) {
     if (wg_thread == 0) {
       sm90::bulk_wait_read<0>();
       Pipeline::consumer_release(ss.pipeline, st_i, 128);
     }
   };
 
-  if (blocks.n_iters > 0) sm90::OnceBarrier::wait(ss.kv_barrier);
-  typename Pipeline::State st = Pipeline::consumer_start(), st_prev = st;
-  QBlock blk = blocks.first(), prev = blk;
-  for (int it = 0; it < blocks.n_iters; ++it) {
-    // The previous block's dQ first: with S and dP in flight beside dK^T and dV^T its staging
-    // did not fit the registers (ptxas serialized the WGMMAs, C7512, and spilled), as at d = 128.
-    if (it > 0) dq_block(prev, it - 1, st_prev);
-    Pipeline::consumer_wait(ss.pipeline, st);
-    Tensor s_q = make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QLayout{});
-    Tensor s_do = make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QLayout{});
-    Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
-    Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
-    Tensor tSrQ = thr_sdp.partition_fragment_A(s_q);
-    Tensor tSrdO = thr_sdp.partition_fragment_A(s_do);
-    sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrQ, tSrK, tSrS);
-    sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrdO, tSrV, tSrdP);
-    if (it > 0) release_staged(st_prev);
-    warpgroup_wait<0>();
-    sm90::fence_after_wait(tSrS, tSrdP);
+  // The walk over the Q blocks. dQ of Q block i is computed one block late: dq_top(block i, i,
+  // its stage) at the top of iteration i + 1 (with S and dP in flight beside dK^T and dV^T its
+  // GEMMs and staging did not fit the registers: ptxas serialized the WGMMAs, C7512, and
+  // spilled, as at d = 128); dq_after_issue(block i, its stage) once that iteration's S and dP
+  // GEMMs are issued, dq_bottom() once its dK^T and dV^T GEMMs are done; dq_last(...) after the
+  // walk, for the last block.
+  auto walk = [&](auto dq_top, auto dq_after_issue, auto dq_bottom, auto dq_last) {
+    if (blocks.n_iters > 0) sm90::OnceBarrier::wait(ss.kv_barrier);
+    State st = Pipeline::consumer_start(), st_prev = st;
+    QBlock blk = blocks.first(), prev = blk;
+    for (int it = 0; it < blocks.n_iters; ++it) {
+      if (it > 0) dq_top(prev, it - 1, st_prev);
+      Pipeline::consumer_wait(ss.pipeline, st);
+      Tensor s_q = make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QLayout{});
+      Tensor s_do = make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QLayout{});
+      Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
+      Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
+      Tensor tSrQ = thr_sdp.partition_fragment_A(s_q);
+      Tensor tSrdO = thr_sdp.partition_fragment_A(s_do);
+      sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrQ, tSrK, tSrS);
+      sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrdO, tSrV, tSrdP);
+      if (it > 0) dq_after_issue(prev, st_prev);
+      warpgroup_wait<0>();
+      sm90::fence_after_wait(tSrS, tSrdP);
 
-    // P and dS; a row is a query (its LSE2 and D), a column a key. Only blocks that cross the
-    // causal diagonal, a window's edge or the end of the keys pay for the compares; padded query
-    // rows have LSE2 = +inf: P = 0. With the softcap, dS = P (dP - D) tanh'(.).
-    Tensor s_rc = sm90::as_rowcol(tSrS);
-    Tensor dp_rc = sm90::as_rowcol(tSrdP);
-    const float2* stats = ss.stats[st.index];
-    const bool needs_mask = !mask.covers(blk.q0, blk.q0 + kBlockM - 1, k0, k0 + kBlockN);
-    CUTE_UNROLL
-    for (int r = 0; r < size<0>(s_rc); ++r) {
-      const int q = get<0>(c_rc(r, 0));
-      const float2 stat = stats[q];  // (LSE2, D)
-      const VisibleKeys<Mask> keys(mask, needs_mask, blk.q0 + q, k0, kBlockN);
+      // P and dS; a row is a query (its LSE2 and D), a column a key. Only blocks that cross the
+      // causal diagonal, a window's edge or the end of the keys pay for the compares; padded
+      // query rows have LSE2 = +inf: P = 0. With the softcap, dS = P (dP - D) tanh'(.).
+      Tensor s_rc = sm90::as_rowcol(tSrS);
+      Tensor dp_rc = sm90::as_rowcol(tSrdP);
+      const float2* stats = ss.stats[st.index];
+      const bool needs_mask = !mask.covers(blk.q0, blk.q0 + kBlockM - 1, k0, k0 + kBlockN);
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(s_rc); ++c) {
-        const bool seen = keys.sees(get<1>(c_rc(r, c)));
-        if constexpr (Score::kTransforms) {
-          transformed_p_and_ds(score, scale_log2, stat, seen, s_rc(r, c), dp_rc(r, c));
-        } else {
-          const float prob = seen ? exp2_approx(fmaf(s_rc(r, c), scale_log2, -stat.x)) : 0.f;
-          s_rc(r, c) = prob;
-          dp_rc(r, c) = prob * (dp_rc(r, c) - stat.y);
+      for (int r = 0; r < size<0>(s_rc); ++r) {
+        const int q = get<0>(c_rc(r, 0));
+        const float2 stat = stats[q];  // (LSE2, D)
+        const VisibleKeys<Mask> keys(mask, needs_mask, blk.q0 + q, k0, kBlockN);
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(s_rc); ++c) {
+          const bool seen = keys.sees(get<1>(c_rc(r, c)));
+          if constexpr (Score::kTransforms) {
+            transformed_p_and_ds(score, scale_log2, stat, seen, s_rc(r, c), dp_rc(r, c));
+          } else {
+            const float prob = seen ? exp2_approx(fmaf(s_rc(r, c), scale_log2, -stat.x)) : 0.f;
+            s_rc(r, c) = prob;
+            dp_rc(r, c) = prob * (dp_rc(r, c) - stat.y);
+          }
         }
       }
-    }
 
-    // P and dS (the element type) into this warpgroup's halves: P's single buffer was last read
-    // by the previous block's dV^T GEMM (completed); dS's buffer it % 2 by both warpgroups' dQ
-    // GEMMs two blocks ago (ds_free).
-    if (it >= 2) cutlass::arch::ClusterBarrier::wait(&ss.ds_free[it % 2], ((it - 2) / 2) % 2);
-    // A thread's column pairs (2j, 2j + 1) are adjacent in the tile (the swizzle moves 16-byte
-    // chunks): one 4-byte shared store each.
-    Tensor p_s = sm90::as_rowcol(thr_sdp.partition_C(make_tensor(make_smem_ptr(ss.p), typename Config::PdSLayout{})));
-    Tensor ds_s = sm90::as_rowcol(thr_sdp.partition_C(make_tensor(make_smem_ptr(ss.ds[it % 2]), typename Config::PdSLayout{})));
-    CUTE_UNROLL
-    for (int r = 0; r < size<0>(s_rc); ++r)
+      // P and dS (the element type) into this warpgroup's halves: P's single buffer was last
+      // read by the previous block's dV^T GEMM (completed); dS's buffer it % 2 by both
+      // warpgroups' dQ GEMMs two blocks ago (ds_free).
+      if (it >= 2) cutlass::arch::ClusterBarrier::wait(&ss.ds_free[it % 2], ((it - 2) / 2) % 2);
+      // A thread's column pairs (2j, 2j + 1) are adjacent in the tile (the swizzle moves 16-byte
+      // chunks): one 4-byte shared store each.
+      Tensor p_s = sm90::as_rowcol(thr_sdp.partition_C(make_tensor(make_smem_ptr(ss.p), typename Config::PdSLayout{})));
+      Tensor ds_s = sm90::as_rowcol(thr_sdp.partition_C(make_tensor(make_smem_ptr(ss.ds[it % 2]), typename Config::PdSLayout{})));
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(s_rc); c += 2) {
-        store_shared_pair(&p_s(r, c), sm90::pack_pair<T>(s_rc(r, c), s_rc(r, c + 1)));
-        store_shared_pair(&ds_s(r, c), sm90::pack_pair<T>(dp_rc(r, c), dp_rc(r, c + 1)));
+      for (int r = 0; r < size<0>(s_rc); ++r)
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(s_rc); c += 2) {
+          store_shared_pair(&p_s(r, c), sm90::pack_pair<T>(s_rc(r, c), s_rc(r, c + 1)));
+          store_shared_pair(&ds_s(r, c), sm90::pack_pair<T>(dp_rc(r, c), dp_rc(r, c + 1)));
+        }
+      cutlass::arch::fence_view_async_shared();  // the stores, before the WGMMAs' (async-proxy) reads
+      cutlass::arch::NamedBarrier::sync(128, kHalvesStoredBarrier + warpgroup);
+      cutlass::arch::ClusterBarrier::arrive(&ss.ds_ready[it % 2]);
+
+      // dV^T += dO^T P_w, dK^T += Q^T dS_w.
+      Tensor tdKrdS = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.ds[it % 2] + warpgroup * kHalf),
+                                                               typename Config::HalfViewLayout{}));
+      Tensor tdVrdOt = thr_dkv.partition_fragment_A(make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QtLayout{}));
+      Tensor tdKrQt = thr_dkv.partition_fragment_A(make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QtLayout{}));
+      sm90::warpgroup_gemm_issue</*kZeroInit=*/false>(mma_dkv, tdVrdOt, tdVrP, tdV);
+      sm90::warpgroup_gemm_issue</*kZeroInit=*/false>(mma_dkv, tdKrQt, tdKrdS, tdK);
+      warpgroup_wait<0>();
+      sm90::fence_after_wait(tdV, tdK);
+      // Q_i and dO_i are read; the stage is released after it has carried dQ_i.
+      cutlass::arch::ClusterBarrier::arrive(&ss.stage_consumed[st.index]);
+      dq_bottom();
+      st_prev = st;
+      st.advance();
+      prev = blk;
+      blk = blocks.next(blk);
+    }
+    if (blocks.n_iters > 0) {
+      dq_last(prev, blocks.n_iters - 1, st_prev);
+      if (wg_thread == 0) sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
+    }
+  };
+
+  if constexpr (!Config::kCtaPairs) {
+    // Alone (the default mode, fp32): dQ_i's two slices staged in the ring stage block i was read
+    // from -- warpgroup 0 in its Q tile, warpgroup 1 in its dO tile, 32 KB each, a half of dQ_i
+    // exactly -- once both warpgroups' GEMMs are done with that stage (stage_consumed), then
+    // reduced. The dS buffer is free once both warpgroups' dQ GEMMs have read it (ds_free).
+    auto dq_block = [&](QBlock qb, int i, const State& st_i) {
+      const int buf = i % 2;
+      cutlass::arch::ClusterBarrier::wait(&ss.ds_ready[buf], (i / 2) % 2);
+      Tensor tdQrdS = thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ss.ds[buf]), typename Config::PdSLayout{}));
+      Tensor s_kt = make_tensor(make_smem_ptr(ss.k), typename Config::KtLayout{});
+      void* stage = stage_of(st_i);
+      const uint32_t stage_addr = sm90::shared_address(stage);
+      float row_scale[2];
+      row_scales(qb, row_scale);
+      CUTE_UNROLL
+      for (int slice = 0; slice < Config::kDqSlices; ++slice) {
+        Tensor tdQrK = thr_dq.partition_fragment_B(
+            local_tile(s_kt, Shape<Int<Config::kDqSliceCols>, Int<kBlockN>>{}, make_coord(warpgroup * Config::kDqSlices + slice, _0{})));
+        Tensor tdQ = partition_fragment_C(mma_dq, Shape<_64, Int<Config::kDqSliceCols>>{});
+        sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrK, tdQ);
+        warpgroup_wait<0>();
+        sm90::fence_after_wait(tdQ);
+        if (slice == 0) cutlass::arch::ClusterBarrier::wait(&ss.stage_consumed[st_i.index], st_i.phase);
+        if (slice == Config::kDqSlices - 1) cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[buf]);
+        Tensor dq_rc = sm90::as_rowcol(tdQ);
+        static_assert(size<0>(decltype(dq_rc){}) == 2, "a thread holds two rows of a dQ slice");
+        // Fragment columns (c, c + 1) are 8-column group c / 2; the partner group's are c ^ kSwapCols.
+        constexpr int kSwapCols = 2 * DqStaging::kOddRowGroupSwap;
+        static_assert(size<1>(dq_rc) % (2 * kSwapCols) == 0, "the partner group lies in the slice");
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(dq_rc); ++r)
+          CUTE_UNROLL
+          for (int c = 0; c < size<1>(dq_rc); c += 2) {
+            // (row, col) = dq_row0 + 8 r, the slice's columns + dq_col0 + (constant): one base,
+            // immediates per store (as bwd_sm90_kernel.cuh stages its dQ).
+            const int col = slice * Config::kDqSliceCols + get<1>(dq_coord_rc(r, c)) - dq_col0;
+            const uint32_t addr = stage_addr + row_bases[col % Config::kDqSlabCols / 8] +
+                                  DqStaging::byte_offset(0, col - col % Config::kDqSlabCols) + r * 1024;
+            stage_dq_pair<Config::kFixedPointDq, kSwapCols>(addr, dq_rc, r, c, odd_rows, row_scale);
+          }
       }
-    cutlass::arch::fence_view_async_shared();  // the stores, before the WGMMAs' (async-proxy) reads
-    cutlass::arch::NamedBarrier::sync(128, kHalvesStoredBarrier + warpgroup);
-    cutlass::arch::ClusterBarrier::arrive(&ss.ds_ready[it % 2]);
-
-    // dV^T += dO^T P_w, dK^T += Q^T dS_w.
-    Tensor tdKrdS = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.ds[it % 2] + warpgroup * kHalf),
-                                                             typename Config::HalfViewLayout{}));
-    Tensor tdVrdOt = thr_dkv.partition_fragment_A(make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QtLayout{}));
-    Tensor tdKrQt = thr_dkv.partition_fragment_A(make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QtLayout{}));
-    sm90::warpgroup_gemm_issue</*kZeroInit=*/false>(mma_dkv, tdVrdOt, tdVrP, tdV);
-    sm90::warpgroup_gemm_issue</*kZeroInit=*/false>(mma_dkv, tdKrQt, tdKrdS, tdK);
-    warpgroup_wait<0>();
-    sm90::fence_after_wait(tdV, tdK);
-    // Q_i and dO_i are read; the stage is released after it has carried dQ_i (dq_block).
-    cutlass::arch::ClusterBarrier::arrive(&ss.stage_consumed[st.index]);
-    st_prev = st;
-    st.advance();
-    prev = blk;
-    blk = blocks.next(blk);
+      reduce_staged(qb, stage, Config::kDqSlabsPerStaging, /*all_wait=*/false,
+                    [&](int s) { return warpgroup * Config::kDqCols + s * Config::kDqSlabCols; });
+    };
+    walk([&](QBlock qb, int i, const State& st_i) { dq_block(qb, i, st_i); },
+         [&](QBlock, const State& st_i) { release_staged(st_i); }, [] {},
+         [&](QBlock qb, int i, const State& st_i) {
+           dq_block(qb, i, st_i);
+           release_staged(st_i);
+         });
+  } else {
+    // In CTA pairs (the deterministic mode, int64): of each slice a warpgroup keeps 32 columns
+    // (the first 32 in the pair's rank-0 CTA) and mails the other 32 to the same warpgroup of the
+    // partner CTA, which works on the same Q block: 16 of a thread's 32 values, the partner's
+    // thread of the same index holding the same (row, column) coordinates. It adds the partner's
+    // 16 to its kept ones (one fp32 addition of two partial sums, the same bits in either order)
+    // and stages the sums of both slices (32 KB of int64: the row's 2^e_i times dQ, rounded) in
+    // its tile of the ring stage block i was read from, once both warpgroups' GEMMs are done with
+    // it (stage_consumed). The partner's mail takes a while (it crosses the SMs, and the partner
+    // may be behind): slice 0's is read after slice 1's GEMM is issued (dq_start), slice 1's after
+    // the next block's S and dP GEMMs are (dq_finish), with slice 1's kept columns in registers
+    // in between. The mailbox is the warpgroup's half of the P tile and 4 KB of dq_mail: freed
+    // for dQ_i's slice 0 message once this warpgroup's dV^T GEMM has read P_i (dq_bottom of
+    // iteration i), for slice 1's once slice 0's message is read; every warp's mail is read
+    // before any warp stores the next P over it (dq_finish: every warp waits on the staged barrier;
+    // with only the leader's warp waiting there, after a barrier of its own for the mail, racecheck
+    // reported WAR hazards between the mail reads and the P stores, none since).
+    const int rank = static_cast<int>(sm90::cluster_cta_rank());
+    sm90::PairMailbox mailbox(ss.p + warpgroup * kHalf, ss.pair.dq_mail[warpgroup], &ss.pair.dq_mail_full[warpgroup],
+                              &ss.pair.dq_mail_free[warpgroup], wg_thread);
+    using Kept = float[2][8];  // a slice's kept columns: the thread's two rows, four column pairs
+    // The partner's half of a slice to its mailbox; this CTA's half into `kept`.
+    auto mail_and_keep = [&](const auto& tdQ, Kept& kept) {
+      Tensor dq_rc = sm90::as_rowcol(tdQ);
+      // Fragment columns c and c + 8 of a row are 32 columns apart (8-column groups c / 2 and
+      // c / 2 + 4): the first half is rank 0's to keep, the second rank 1's.
+      static_assert(size<0>(decltype(dq_rc){}) == 2 && size<1>(decltype(dq_rc){}) == 16,
+                    "a thread holds two rows of 8 column pairs of a dQ slice");
+      float4 mail[4];
+      CUTE_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        const int r = k / 2, c = 4 * (k % 2);
+        auto sent = [&](int j) { return rank == 0 ? dq_rc(r, c + j + 8) : dq_rc(r, c + j); };
+        mail[k] = make_float4(sent(0), sent(1), sent(2), sent(3));
+      }
+      mailbox.send(mail);
+      CUTE_UNROLL
+      for (int r = 0; r < 2; ++r)
+        CUTE_UNROLL
+        for (int c = 0; c < 8; ++c) kept[r][c] = rank == 0 ? dq_rc(r, c) : dq_rc(r, c + 8);
+    };
+    // The partner's half of a slice added to `kept`, and the sums staged.
+    auto receive_and_stage = [&](Kept& kept, int slice, uint32_t stage_addr, const float (&row_scale)[2]) {
+      float4 mail[4];
+      mailbox.receive(mail, wg_thread == 0);
+      if (slice == 0) mailbox.release();
+      CUTE_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        float* row = kept[k / 2] + 4 * (k % 2);
+        row[0] += mail[k].x, row[1] += mail[k].y, row[2] += mail[k].z, row[3] += mail[k].w;
+      }
+      constexpr int kSwapCols = 2 * DqStaging::kOddRowGroupSwap;
+      static_assert(8 % (2 * kSwapCols) == 0, "the partner group lies in the kept columns");
+      auto kept_rc = [&](int r, int c) { return kept[r][c]; };
+      CUTE_UNROLL
+      for (int r = 0; r < 2; ++r)
+        CUTE_UNROLL
+        for (int c = 0; c < 8; c += 2) {
+          // Both slices' kept columns side by side.
+          const int col = slice * Config::kDqKeptCols + get<1>(dq_coord_rc(r, c)) - dq_col0;
+          const uint32_t addr = stage_addr + row_bases[col % Config::kDqSlabCols / 8] +
+                                DqStaging::byte_offset(0, col - col % Config::kDqSlabCols) + r * 1024;
+          stage_dq_pair<Config::kFixedPointDq, kSwapCols>(addr, kept_rc, r, c, odd_rows, row_scale);
+        }
+    };
+    static_assert(Config::kDqSlices == 2, "two slices: one staged in dq_start, one in dq_finish");
+    auto dq_start = [&](QBlock qb, int i, const State& st_i, Kept& kept1) {
+      const int buf = i % 2;
+      cutlass::arch::ClusterBarrier::wait(&ss.ds_ready[buf], (i / 2) % 2);
+      Tensor tdQrdS = thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ss.ds[buf]), typename Config::PdSLayout{}));
+      Tensor s_kt = make_tensor(make_smem_ptr(ss.k), typename Config::KtLayout{});
+      auto slice_gemm = [&](int slice, auto& tdQ) {
+        Tensor tdQrK = thr_dq.partition_fragment_B(
+            local_tile(s_kt, Shape<Int<Config::kDqSliceCols>, Int<kBlockN>>{}, make_coord(warpgroup * Config::kDqSlices + slice, _0{})));
+        sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrK, tdQ);
+      };
+      Kept kept0;
+      {
+        Tensor tdQ = partition_fragment_C(mma_dq, Shape<_64, Int<Config::kDqSliceCols>>{});
+        slice_gemm(0, tdQ);
+        warpgroup_wait<0>();
+        sm90::fence_after_wait(tdQ);
+        mail_and_keep(tdQ, kept0);
+      }
+      Tensor tdQ = partition_fragment_C(mma_dq, Shape<_64, Int<Config::kDqSliceCols>>{});
+      slice_gemm(1, tdQ);
+      float row_scale[2];
+      row_scales(qb, row_scale);
+      cutlass::arch::ClusterBarrier::wait(&ss.stage_consumed[st_i.index], st_i.phase);
+      receive_and_stage(kept0, 0, sm90::shared_address(stage_of(st_i)), row_scale);
+      warpgroup_wait<0>();
+      sm90::fence_after_wait(tdQ);
+      cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[buf]);
+      mail_and_keep(tdQ, kept1);
+    };
+    auto dq_finish = [&](QBlock qb, const State& st_i, Kept& kept1) {
+      void* stage = stage_of(st_i);
+      float row_scale[2];
+      row_scales(qb, row_scale);
+      receive_and_stage(kept1, 1, sm90::shared_address(stage), row_scale);
+      // Every warp waits: its mail is read before any warp goes on to store the next P over it.
+      reduce_staged(qb, stage, Config::kDqSlabsPerStaging, /*all_wait=*/true, [&](int s) {
+        // Slab s holds kept columns [s * kDqSlabCols, ...) of the slices side by side.
+        const int kept_col = s * Config::kDqSlabCols;
+        return warpgroup * Config::kDqCols + kept_col / Config::kDqKeptCols * Config::kDqSliceCols +
+               rank * Config::kDqKeptCols + kept_col % Config::kDqKeptCols;
+      });
+    };
+    float kept1[2][8];  // dQ_{it - 1}'s slice 1, kept columns (dq_start to dq_finish)
+    walk([&](QBlock qb, int i, const State& st_i) { dq_start(qb, i, st_i, kept1); },
+         [&](QBlock qb, const State& st_i) {
+           dq_finish(qb, st_i, kept1);
+           release_staged(st_i);
+         },
+         // P_i is read: the mailbox may take the partner's first message of dQ_i. (This
+         // warpgroup's next P stores follow dq_finish's barrier.)
+         [&] { mailbox.release(); },
+         [&](QBlock qb, int i, const State& st_i) {
+           dq_start(qb, i, st_i, kept1);
+           dq_finish(qb, st_i, kept1);
+           release_staged(st_i);
+         });
   }
-  if (blocks.n_iters > 0) {
-    dq_block(prev, blocks.n_iters - 1, st_prev);
-    release_staged(st_prev);
-    if (wg_thread == 0) sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
-  }
-
   // dK = scale * (dK^T)^T and dV to global memory, rows (keys) past seqlen_k dropped (and zeroed
   // up to the sequence's rows when seqused_k leaves some unused). A thread holds (d, key) pairs:
   // the stores are 2- or 4-byte scattered ones, once per CTA.
