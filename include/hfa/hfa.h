@@ -376,7 +376,7 @@ struct BackwardArgs {
   TensorView dsinks;
   // A name from list_backward_kernels(), or "auto": bwd_sm90 on Hopper (every head dim, every
   // variant), fa2 on other GPUs and for the deterministic mode where fa2's measured faster (512
-  // keys but bwd_sm90's launch order; under the causal mask below 2k keys, 4k at head_dim 256).
+  // keys but bwd_sm90's launch order and head_dim 256; under the causal mask below 2k keys).
   // Variable-length batches: bwd_sm90 (Hopper, every variant) and fa2 (sm80+, causal or not: no
   // sliding window, softcap or sinks).
   std::string kernel = "auto";

@@ -66,20 +66,20 @@ BackwardKernelEntry bwd_sm90_backward_entry() {
   e.variants = {/*window=*/true, /*softcap=*/true, /*sinks=*/true, /*varlen=*/true};
   e.auto_priority = 20;
   // The deterministic mode: bwd_sm90 sums dQ in 64-bit fixed point (no waiting, twice the
-  // reduction bytes and three memory-bound passes around the kernel) or, for short sequences of
-  // many heads, in launch order (bwd_sm90_launch.h); fa2 in turn order. Measured next to each
-  // other on the H100 (docs/results/2026-11-27-h100-peers-bwd-deterministic-8fbc674.json, and
-  // ...-5285948.json since d = 256 takes fixed point): bwd_sm90 faster without the mask from 1k
-  // keys (d <= 128 +12 to +68%, d = 256 +10 to +22%) and, in launch order, at d = 64's 512 keys
-  // (+7%); under the causal mask from 2k keys at d <= 128 (+2 to +62%), from 4k at d = 256 (even
-  // at 4k, +3 / +7% at 8k / 16k); fa2 faster at 512 keys otherwise (+4 to +30%), under the mask at
-  // 1k keys (+0 to +13%) and at d = 256 at 2k (+5%). "auto" ranks bwd_sm90 below fa2 (10) where
-  // fa2 was faster.
+  // reduction bytes and three memory-bound passes around the kernel; at d = 256 in CTA pairs,
+  // which halve them) or, for short sequences of many heads, in launch order (bwd_sm90_launch.h);
+  // fa2 in turn order. Measured next to each other on the H100
+  // (docs/results/2026-11-27-h100-peers-bwd-deterministic-8fbc674.json for d <= 128, and
+  // ...-b0cdeb7.json since d = 256 runs in CTA pairs): bwd_sm90 faster without the mask from 1k
+  // keys (d <= 128 +12 to +69%, d = 256 +24 to +43%), at d = 256 also at 512 keys (+6%) and, in
+  // launch order, at d = 64's 512 keys (+8%); under the causal mask from 2k keys (+3 to +65%); fa2
+  // faster at 512 keys otherwise (+5%) and under the mask at 512 and 1k keys (+4 to +32%).
+  // "auto" ranks bwd_sm90 below fa2 (10) where fa2 was faster.
   e.auto_priority_for = [](const BwdProblem& p) {
     if (!p.deterministic) return 20;
     const FwdProblem& f = p.fwd;
     if (bwd_sm90::dq_in_launch_order(f) && !f.causal) return 20;
-    const int from = !f.causal ? 1024 : f.head_dim > 128 ? 4096 : 2048;
+    const int from = f.causal ? 2048 : f.head_dim > 128 ? 0 : 1024;
     return f.seqlen_k >= from ? 20 : 5;
   };
   e.check = check;

@@ -131,6 +131,22 @@ struct SplitKeysConfig {
   using Params = BwdParams<E, kBlockM, kBlockN, D>;
 };
 
+// Each warpgroup's dQ mailbox in CTA pairs (its half of the P tile and 4 KB of ss.pair), or none.
+struct NoDqMailbox {  // (never called: the dQ path of CTA pairs is not taken alone)
+  __device__ void send(const float4 (&)[4]) {}
+  __device__ void receive(float4 (&)[4], bool) {}
+  __device__ void release() const {}
+};
+template <class Config, class Storage>
+__device__ __forceinline__ auto dq_mailbox(Storage& ss, int warpgroup, int wg_thread) {
+  if constexpr (Config::kCtaPairs) {
+    return sm90::PairMailbox(ss.p + warpgroup * Config::kBlockM * Config::kKeysPerWarpgroup, ss.pair.dq_mail[warpgroup],
+                             &ss.pair.dq_mail_full[warpgroup], &ss.pair.dq_mail_free[warpgroup], wg_thread);
+  } else {
+    return NoDqMailbox{};
+  }
+}
+
 // Two packed 2-byte values to shared memory (a generic pointer into it, 4-byte aligned).
 template <typename E>
 __device__ __forceinline__ void store_shared_pair(E* dst, uint32_t pair) {
@@ -183,12 +199,12 @@ __device__ __forceinline__ void split_keys_consumers(const typename Config::Para
   // buffer i % 2 (ds_ready); each warpgroup computes its 128 columns of dQ_i = dS K_j in two
   // slices and stages them (DqStage's slabs) in the ring stage block i was read from --
   // warpgroup 0 in its Q tile, warpgroup 1 in its dO tile, 32 KB each -- once both warpgroups'
-  // GEMMs are done with that stage (stage_consumed): in fp32 both slices (a half of dQ_i
-  // exactly), in int64 (fixed point: the row's 2^e_i times dQ, rounded) one slice, the second
-  // once the reductions have read the first. After each staging the warpgroup's leader adds its
-  // slabs to the workspace by TMA reductions (rows past seqlen_q lie outside the tensor map:
-  // skipped); it hands the stage to the producer once they have read it (release_staged). The
-  // dS buffer is free once both warpgroups' dQ GEMMs have read it (ds_free).
+  // GEMMs are done with that stage (stage_consumed): alone (dq_block, the default mode) both
+  // slices in fp32, a half of dQ_i exactly; in CTA pairs (dq_start / dq_finish below, the
+  // deterministic mode) the 32 kept columns of each slice in int64. After the staging the
+  // warpgroup's leader adds its slabs to the workspace by TMA reductions (rows past seqlen_q lie
+  // outside the tensor map: skipped); it hands the stage to the producer once they have read it
+  // (release_staged). The dS buffer is free once both warpgroups' dQ GEMMs have read it (ds_free).
   using DqStaging = typename Config::DqStaging;
   const int dq_row0 = get<0>(dq_coord_rc(0, 0)), dq_col0 = get<1>(dq_coord_rc(0, 0));
   // This thread's staging row base for each 8-column group of a slab (DqStage's XOR form): a
@@ -201,313 +217,300 @@ __device__ __forceinline__ void split_keys_consumers(const typename Config::Para
   uint32_t row_bases[Config::kDqSlabCols / 8];
   CUTE_UNROLL
   for (int g = 0; g < Config::kDqSlabCols / 8; ++g) row_bases[g] = DqStaging::byte_offset(dq_row_base, g * 8);
-  using State = typename Pipeline::State;
-  auto stage_of = [&](const State& st_i) {
-    return warpgroup == 0 ? static_cast<void*>(ss.q[st_i.index]) : static_cast<void*>(ss.dout[st_i.index]);
-  };
-  // Fixed point: the power of two of each of the thread's rows (the pre-pass's).
-  auto row_scales = [&](QBlock qb, float (&row_scale)[2]) {
+  constexpr int kSlicesPerStaging = Config::kDqSlices;  // alone: fp32, both slices at once
+  constexpr int kSlabsPerStaging = kSlicesPerStaging * Config::kDqSliceCols / Config::kDqSlabCols;
+  auto dq_block = [&](QBlock qb, int i, const typename Pipeline::State& st_i) {
+    const int buf = i % 2;
+    cutlass::arch::ClusterBarrier::wait(&ss.ds_ready[buf], (i / 2) % 2);
+    Tensor tdQrdS = thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ss.ds[buf]), typename Config::PdSLayout{}));
+    Tensor s_kt = make_tensor(make_smem_ptr(ss.k), typename Config::KtLayout{});
+    void* stage = warpgroup == 0 ? static_cast<void*>(ss.q[st_i.index]) : static_cast<void*>(ss.dout[st_i.index]);
+    const uint32_t stage_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+    // Fixed point: the power of two of each of the thread's rows (the pre-pass's).
+    float row_scale[2];
     if constexpr (Config::kFixedPointDq) {
       const float* scales = bp.dq_scale + workspace_rows(bp, b, qb.h, at.q, kVarlen).stats + qb.q0;
       CUTE_UNROLL
       for (int r = 0; r < 2; ++r) row_scale[r] = scales[dq_row0 + 8 * r];
     }
-  };
-  // After a staging: only the leader's warp waits for it to be complete, the others go on (named
-  // barriers count whole warps: a warp must not split between sync and arrive) unless every warp
-  // must (all_wait); the leader adds the slabs to the workspace by TMA reductions (rows past
-  // seqlen_q lie outside the tensor map: skipped), slab s at workspace column col(s).
-  auto reduce_staged = [&](QBlock qb, void* stage, int slabs, bool all_wait, auto col) {
-    sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
-    if (all_wait || wg_thread < 32) {
-      cutlass::arch::NamedBarrier::sync(128, kDqStagedBarrier + warpgroup);
-    } else {
-      cutlass::arch::NamedBarrier::arrive(128, kDqStagedBarrier + warpgroup);
-    }
-    if (wg_thread == 0) {
-      const WorkspaceRows rows = workspace_rows(bp, b, qb.h, at.q, kVarlen);
+    CUTE_UNROLL
+    for (int slice = 0; slice < Config::kDqSlices; ++slice) {
+      Tensor tdQrK = thr_dq.partition_fragment_B(
+          local_tile(s_kt, Shape<Int<Config::kDqSliceCols>, Int<kBlockN>>{}, make_coord(warpgroup * Config::kDqSlices + slice, _0{})));
+      Tensor tdQ = partition_fragment_C(mma_dq, Shape<_64, Int<Config::kDqSliceCols>>{});
+      sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrK, tdQ);
+      const int in_staging = slice % kSlicesPerStaging;
+      warpgroup_wait<0>();
+      sm90::fence_after_wait(tdQ);
+      if (slice == 0) cutlass::arch::ClusterBarrier::wait(&ss.stage_consumed[st_i.index], st_i.phase);
+      if (slice == Config::kDqSlices - 1) cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[buf]);
+      Tensor dq_rc = sm90::as_rowcol(tdQ);
+      static_assert(size<0>(decltype(dq_rc){}) == 2, "a thread holds two rows of a dQ slice");
+      // Fragment columns (c, c + 1) are 8-column group c / 2; the partner group's are c ^ kSwapCols.
+      constexpr int kSwapCols = 2 * DqStaging::kOddRowGroupSwap;
+      static_assert(size<1>(dq_rc) % (2 * kSwapCols) == 0, "the partner group lies in the slice");
       CUTE_UNROLL
-      for (int s = 0; s < slabs; ++s)
-        sm90::tensor_reduce_add(&params.dq_map, static_cast<char*>(stage) + s * kBlockM * 128, col(s),
-                                static_cast<int>(rows.dq_row0 + qb.q0), static_cast<int>(rows.dq_plane));
-      sm90::bulk_commit_group();
+      for (int r = 0; r < size<0>(dq_rc); ++r)
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(dq_rc); c += 2) {
+          // (row, col) = dq_row0 + 8 r, the staged slices' columns + dq_col0 + (constant): one
+          // base, immediates per store (as bwd_sm90_kernel.cuh stages its dQ).
+          const int col = in_staging * Config::kDqSliceCols + get<1>(dq_coord_rc(r, c)) - dq_col0;
+          const uint32_t addr = stage_addr + row_bases[col % Config::kDqSlabCols / 8] +
+                                DqStaging::byte_offset(0, col - col % Config::kDqSlabCols) + r * 1024;
+          stage_dq_pair<Config::kFixedPointDq, kSwapCols>(addr, dq_rc, r, c, odd_rows, row_scale);
+        }
+      if (in_staging != kSlicesPerStaging - 1) continue;
+      sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
+      // Only the leader's warp waits for the staging to be complete; the others go on. (Named
+      // barriers count whole warps: a warp must not split between sync and arrive.)
+      if (wg_thread < 32) {
+        cutlass::arch::NamedBarrier::sync(128, kDqStagedBarrier + warpgroup);
+      } else {
+        cutlass::arch::NamedBarrier::arrive(128, kDqStagedBarrier + warpgroup);
+      }
+      if (wg_thread == 0) {
+        const WorkspaceRows rows = workspace_rows(bp, b, qb.h, at.q, kVarlen);
+        const int first_col = warpgroup * Config::kDqCols + (slice + 1 - kSlicesPerStaging) * Config::kDqSliceCols;
+        CUTE_UNROLL
+        for (int s = 0; s < kSlabsPerStaging; ++s)
+          sm90::tensor_reduce_add(&params.dq_map, static_cast<char*>(stage) + s * kBlockM * 128,
+                                  first_col + s * Config::kDqSlabCols, static_cast<int>(rows.dq_row0 + qb.q0),
+                                  static_cast<int>(rows.dq_plane));
+        sm90::bulk_commit_group();
+      }
     }
   };
   // The leader hands a stage that carried dQ back to the producer once the reductions have read
   // it: called while the warpgroup waits for its next GEMMs anyway, not right after the issue,
   // where every warp of the warpgroup would wait for the leader's wait.
-  auto release_staged = [&](const State& st_i) {
+  auto release_staged = [&](const typename Pipeline::State& st_i) {
     if (wg_thread == 0) {
       sm90::bulk_wait_read<0>();
       Pipeline::consumer_release(ss.pipeline, st_i, 128);
     }
   };
 
-  // The walk over the Q blocks. dQ of Q block i is computed one block late: dq_top(block i, i,
-  // its stage) at the top of iteration i + 1 (with S and dP in flight beside dK^T and dV^T its
-  // GEMMs and staging did not fit the registers: ptxas serialized the WGMMAs, C7512, and
-  // spilled, as at d = 128); dq_after_issue(block i, its stage) once that iteration's S and dP
-  // GEMMs are issued, dq_bottom() once its dK^T and dV^T GEMMs are done; dq_last(...) after the
-  // walk, for the last block.
-  auto walk = [&](auto dq_top, auto dq_after_issue, auto dq_bottom, auto dq_last) {
-    if (blocks.n_iters > 0) sm90::OnceBarrier::wait(ss.kv_barrier);
-    State st = Pipeline::consumer_start(), st_prev = st;
-    QBlock blk = blocks.first(), prev = blk;
-    for (int it = 0; it < blocks.n_iters; ++it) {
-      if (it > 0) dq_top(prev, it - 1, st_prev);
-      Pipeline::consumer_wait(ss.pipeline, st);
-      Tensor s_q = make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QLayout{});
-      Tensor s_do = make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QLayout{});
-      Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
-      Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
-      Tensor tSrQ = thr_sdp.partition_fragment_A(s_q);
-      Tensor tSrdO = thr_sdp.partition_fragment_A(s_do);
-      sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrQ, tSrK, tSrS);
-      sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrdO, tSrV, tSrdP);
-      if (it > 0) dq_after_issue(prev, st_prev);
-      warpgroup_wait<0>();
-      sm90::fence_after_wait(tSrS, tSrdP);
-
-      // P and dS; a row is a query (its LSE2 and D), a column a key. Only blocks that cross the
-      // causal diagonal, a window's edge or the end of the keys pay for the compares; padded
-      // query rows have LSE2 = +inf: P = 0. With the softcap, dS = P (dP - D) tanh'(.).
-      Tensor s_rc = sm90::as_rowcol(tSrS);
-      Tensor dp_rc = sm90::as_rowcol(tSrdP);
-      const float2* stats = ss.stats[st.index];
-      const bool needs_mask = !mask.covers(blk.q0, blk.q0 + kBlockM - 1, k0, k0 + kBlockN);
-      CUTE_UNROLL
-      for (int r = 0; r < size<0>(s_rc); ++r) {
-        const int q = get<0>(c_rc(r, 0));
-        const float2 stat = stats[q];  // (LSE2, D)
-        const VisibleKeys<Mask> keys(mask, needs_mask, blk.q0 + q, k0, kBlockN);
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(s_rc); ++c) {
-          const bool seen = keys.sees(get<1>(c_rc(r, c)));
-          if constexpr (Score::kTransforms) {
-            transformed_p_and_ds(score, scale_log2, stat, seen, s_rc(r, c), dp_rc(r, c));
-          } else {
-            const float prob = seen ? exp2_approx(fmaf(s_rc(r, c), scale_log2, -stat.x)) : 0.f;
-            s_rc(r, c) = prob;
-            dp_rc(r, c) = prob * (dp_rc(r, c) - stat.y);
-          }
-        }
-      }
-
-      // P and dS (the element type) into this warpgroup's halves: P's single buffer was last
-      // read by the previous block's dV^T GEMM (completed); dS's buffer it % 2 by both
-      // warpgroups' dQ GEMMs two blocks ago (ds_free).
-      if (it >= 2) cutlass::arch::ClusterBarrier::wait(&ss.ds_free[it % 2], ((it - 2) / 2) % 2);
-      // A thread's column pairs (2j, 2j + 1) are adjacent in the tile (the swizzle moves 16-byte
-      // chunks): one 4-byte shared store each.
-      Tensor p_s = sm90::as_rowcol(thr_sdp.partition_C(make_tensor(make_smem_ptr(ss.p), typename Config::PdSLayout{})));
-      Tensor ds_s = sm90::as_rowcol(thr_sdp.partition_C(make_tensor(make_smem_ptr(ss.ds[it % 2]), typename Config::PdSLayout{})));
-      CUTE_UNROLL
-      for (int r = 0; r < size<0>(s_rc); ++r)
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(s_rc); c += 2) {
-          store_shared_pair(&p_s(r, c), sm90::pack_pair<T>(s_rc(r, c), s_rc(r, c + 1)));
-          store_shared_pair(&ds_s(r, c), sm90::pack_pair<T>(dp_rc(r, c), dp_rc(r, c + 1)));
-        }
-      cutlass::arch::fence_view_async_shared();  // the stores, before the WGMMAs' (async-proxy) reads
-      cutlass::arch::NamedBarrier::sync(128, kHalvesStoredBarrier + warpgroup);
-      cutlass::arch::ClusterBarrier::arrive(&ss.ds_ready[it % 2]);
-
-      // dV^T += dO^T P_w, dK^T += Q^T dS_w.
-      Tensor tdKrdS = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.ds[it % 2] + warpgroup * kHalf),
-                                                               typename Config::HalfViewLayout{}));
-      Tensor tdVrdOt = thr_dkv.partition_fragment_A(make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QtLayout{}));
-      Tensor tdKrQt = thr_dkv.partition_fragment_A(make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QtLayout{}));
-      sm90::warpgroup_gemm_issue</*kZeroInit=*/false>(mma_dkv, tdVrdOt, tdVrP, tdV);
-      sm90::warpgroup_gemm_issue</*kZeroInit=*/false>(mma_dkv, tdKrQt, tdKrdS, tdK);
-      warpgroup_wait<0>();
-      sm90::fence_after_wait(tdV, tdK);
-      // Q_i and dO_i are read; the stage is released after it has carried dQ_i.
-      cutlass::arch::ClusterBarrier::arrive(&ss.stage_consumed[st.index]);
-      dq_bottom();
-      st_prev = st;
-      st.advance();
-      prev = blk;
-      blk = blocks.next(blk);
+  // In CTA pairs (the deterministic mode, int64): of each slice a warpgroup keeps 32 columns (the
+  // first 32 in the pair's rank-0 CTA) and mails the other 32 to the same warpgroup of the
+  // partner CTA, which works on the same Q block: 16 of a thread's 32 values, the partner's
+  // thread of the same index holding the same (row, column) coordinates. It adds the partner's 16
+  // to its kept ones (one fp32 addition of two partial sums, the same bits in either order) and
+  // stages the sums of both slices (32 KB of int64: the row's 2^e_i times dQ, rounded). The
+  // partner's mail takes a while (it crosses the SMs, and the partner may be behind): slice 0's
+  // is read after slice 1's GEMM is issued (dq_start), slice 1's after the next block's S and dP
+  // GEMMs are (dq_finish), with slice 1's kept columns in registers in between. The mailbox is the
+  // warpgroup's half of the P tile and 4 KB of dq_mail: freed for dQ_i's slice 0 message once this
+  // warpgroup's dV^T GEMM has read P_i (the end of iteration i), for slice 1's once slice 0's
+  // message is read; every warp's mail is read before any warp stores the next P over it (in
+  // dq_finish every warp waits on the staged barrier; with only the leader's warp waiting there,
+  // after a barrier of its own for the mail, racecheck reported WAR hazards between the mail reads
+  // and the P stores, none since). The lambdas are generic: instantiated in CTA pairs only.
+  const int rank = Config::kCtaPairs ? static_cast<int>(sm90::cluster_cta_rank()) : 0;
+  auto mailbox = dq_mailbox<Config>(ss, warpgroup, wg_thread);
+  using Kept = float[2][8];  // a slice's kept columns: the thread's two rows, four column pairs
+  // The partner's half of a slice to its mailbox; this CTA's half into `kept`.
+  auto mail_and_keep = [&](const auto& tdQ, Kept& kept) {
+    Tensor dq_rc = sm90::as_rowcol(tdQ);
+    // Fragment columns c and c + 8 of a row are 32 columns apart (8-column groups c / 2 and
+    // c / 2 + 4): the first half is rank 0's to keep, the second rank 1's.
+    static_assert(size<0>(decltype(dq_rc){}) == 2 && size<1>(decltype(dq_rc){}) == 16,
+                  "a thread holds two rows of 8 column pairs of a dQ slice");
+    float4 mail[4];
+    CUTE_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      const int r = k / 2, c = 4 * (k % 2);
+      auto sent = [&](int j) { return rank == 0 ? dq_rc(r, c + j + 8) : dq_rc(r, c + j); };
+      mail[k] = make_float4(sent(0), sent(1), sent(2), sent(3));
     }
-    if (blocks.n_iters > 0) {
-      dq_last(prev, blocks.n_iters - 1, st_prev);
-      if (wg_thread == 0) sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
-    }
+    mailbox.send(mail);
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r)
+      CUTE_UNROLL
+      for (int c = 0; c < 8; ++c) kept[r][c] = rank == 0 ? dq_rc(r, c) : dq_rc(r, c + 8);
   };
-
-  if constexpr (!Config::kCtaPairs) {
-    // Alone (the default mode, fp32): dQ_i's two slices staged in the ring stage block i was read
-    // from -- warpgroup 0 in its Q tile, warpgroup 1 in its dO tile, 32 KB each, a half of dQ_i
-    // exactly -- once both warpgroups' GEMMs are done with that stage (stage_consumed), then
-    // reduced. The dS buffer is free once both warpgroups' dQ GEMMs have read it (ds_free).
-    auto dq_block = [&](QBlock qb, int i, const State& st_i) {
-      const int buf = i % 2;
-      cutlass::arch::ClusterBarrier::wait(&ss.ds_ready[buf], (i / 2) % 2);
-      Tensor tdQrdS = thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ss.ds[buf]), typename Config::PdSLayout{}));
-      Tensor s_kt = make_tensor(make_smem_ptr(ss.k), typename Config::KtLayout{});
-      void* stage = stage_of(st_i);
-      const uint32_t stage_addr = sm90::shared_address(stage);
-      float row_scale[2];
-      row_scales(qb, row_scale);
+  // The partner's half of a slice added to `kept`, and the sums staged: both slices' kept
+  // columns side by side, the row's 2^e_i times dQ (the pre-pass's) in int64.
+  auto receive_and_stage = [&](auto qb, Kept& kept, int slice, uint32_t stage_addr) {
+    float4 mail[4];
+    mailbox.receive(mail, wg_thread == 0);
+    if (slice == 0) mailbox.release();
+    CUTE_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      float* row = kept[k / 2] + 4 * (k % 2);
+      row[0] += mail[k].x, row[1] += mail[k].y, row[2] += mail[k].z, row[3] += mail[k].w;
+    }
+    float row_scale[2];
+    const float* scales = bp.dq_scale + workspace_rows(bp, b, qb.h, at.q, kVarlen).stats + qb.q0;
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) row_scale[r] = scales[dq_row0 + 8 * r];
+    constexpr int kSwapCols = 2 * DqStaging::kOddRowGroupSwap;
+    static_assert(8 % (2 * kSwapCols) == 0, "the partner group lies in the kept columns");
+    auto kept_rc = [&](int r, int c) { return kept[r][c]; };
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r)
       CUTE_UNROLL
-      for (int slice = 0; slice < Config::kDqSlices; ++slice) {
-        Tensor tdQrK = thr_dq.partition_fragment_B(
-            local_tile(s_kt, Shape<Int<Config::kDqSliceCols>, Int<kBlockN>>{}, make_coord(warpgroup * Config::kDqSlices + slice, _0{})));
-        Tensor tdQ = partition_fragment_C(mma_dq, Shape<_64, Int<Config::kDqSliceCols>>{});
-        sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrK, tdQ);
-        warpgroup_wait<0>();
-        sm90::fence_after_wait(tdQ);
-        if (slice == 0) cutlass::arch::ClusterBarrier::wait(&ss.stage_consumed[st_i.index], st_i.phase);
-        if (slice == Config::kDqSlices - 1) cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[buf]);
-        Tensor dq_rc = sm90::as_rowcol(tdQ);
-        static_assert(size<0>(decltype(dq_rc){}) == 2, "a thread holds two rows of a dQ slice");
-        // Fragment columns (c, c + 1) are 8-column group c / 2; the partner group's are c ^ kSwapCols.
-        constexpr int kSwapCols = 2 * DqStaging::kOddRowGroupSwap;
-        static_assert(size<1>(dq_rc) % (2 * kSwapCols) == 0, "the partner group lies in the slice");
-        CUTE_UNROLL
-        for (int r = 0; r < size<0>(dq_rc); ++r)
-          CUTE_UNROLL
-          for (int c = 0; c < size<1>(dq_rc); c += 2) {
-            // (row, col) = dq_row0 + 8 r, the slice's columns + dq_col0 + (constant): one base,
-            // immediates per store (as bwd_sm90_kernel.cuh stages its dQ).
-            const int col = slice * Config::kDqSliceCols + get<1>(dq_coord_rc(r, c)) - dq_col0;
-            const uint32_t addr = stage_addr + row_bases[col % Config::kDqSlabCols / 8] +
-                                  DqStaging::byte_offset(0, col - col % Config::kDqSlabCols) + r * 1024;
-            stage_dq_pair<Config::kFixedPointDq, kSwapCols>(addr, dq_rc, r, c, odd_rows, row_scale);
-          }
+      for (int c = 0; c < 8; c += 2) {
+        const int col = slice * Config::kDqKeptCols + get<1>(dq_coord_rc(r, c)) - dq_col0;
+        const uint32_t addr = stage_addr + row_bases[col % Config::kDqSlabCols / 8] +
+                              DqStaging::byte_offset(0, col - col % Config::kDqSlabCols) + r * 1024;
+        stage_dq_pair<Config::kFixedPointDq, kSwapCols>(addr, kept_rc, r, c, odd_rows, row_scale);
       }
-      reduce_staged(qb, stage, Config::kDqSlabsPerStaging, /*all_wait=*/false,
-                    [&](int s) { return warpgroup * Config::kDqCols + s * Config::kDqSlabCols; });
+  };
+  auto pair_stage = [&](const auto& st_i) {
+    return warpgroup == 0 ? static_cast<void*>(ss.q[st_i.index]) : static_cast<void*>(ss.dout[st_i.index]);
+  };
+  auto dq_start = [&](auto qb, int i, const auto& st_i, Kept& kept1) {
+    static_assert(Config::kDqSlices == 2, "one slice staged in dq_start, one in dq_finish");
+    const int buf = i % 2;
+    cutlass::arch::ClusterBarrier::wait(&ss.ds_ready[buf], (i / 2) % 2);
+    Tensor tdQrdS = thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ss.ds[buf]), typename Config::PdSLayout{}));
+    Tensor s_kt = make_tensor(make_smem_ptr(ss.k), typename Config::KtLayout{});
+    auto slice_gemm = [&](int slice, auto& tdQ) {
+      Tensor tdQrK = thr_dq.partition_fragment_B(
+          local_tile(s_kt, Shape<Int<Config::kDqSliceCols>, Int<kBlockN>>{}, make_coord(warpgroup * Config::kDqSlices + slice, _0{})));
+      sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrK, tdQ);
     };
-    walk([&](QBlock qb, int i, const State& st_i) { dq_block(qb, i, st_i); },
-         [&](QBlock, const State& st_i) { release_staged(st_i); }, [] {},
-         [&](QBlock qb, int i, const State& st_i) {
-           dq_block(qb, i, st_i);
-           release_staged(st_i);
-         });
-  } else {
-    // In CTA pairs (the deterministic mode, int64): of each slice a warpgroup keeps 32 columns
-    // (the first 32 in the pair's rank-0 CTA) and mails the other 32 to the same warpgroup of the
-    // partner CTA, which works on the same Q block: 16 of a thread's 32 values, the partner's
-    // thread of the same index holding the same (row, column) coordinates. It adds the partner's
-    // 16 to its kept ones (one fp32 addition of two partial sums, the same bits in either order)
-    // and stages the sums of both slices (32 KB of int64: the row's 2^e_i times dQ, rounded) in
-    // its tile of the ring stage block i was read from, once both warpgroups' GEMMs are done with
-    // it (stage_consumed). The partner's mail takes a while (it crosses the SMs, and the partner
-    // may be behind): slice 0's is read after slice 1's GEMM is issued (dq_start), slice 1's after
-    // the next block's S and dP GEMMs are (dq_finish), with slice 1's kept columns in registers
-    // in between. The mailbox is the warpgroup's half of the P tile and 4 KB of dq_mail: freed
-    // for dQ_i's slice 0 message once this warpgroup's dV^T GEMM has read P_i (dq_bottom of
-    // iteration i), for slice 1's once slice 0's message is read; every warp's mail is read
-    // before any warp stores the next P over it (dq_finish: every warp waits on the staged barrier;
-    // with only the leader's warp waiting there, after a barrier of its own for the mail, racecheck
-    // reported WAR hazards between the mail reads and the P stores, none since).
-    const int rank = static_cast<int>(sm90::cluster_cta_rank());
-    sm90::PairMailbox mailbox(ss.p + warpgroup * kHalf, ss.pair.dq_mail[warpgroup], &ss.pair.dq_mail_full[warpgroup],
-                              &ss.pair.dq_mail_free[warpgroup], wg_thread);
-    using Kept = float[2][8];  // a slice's kept columns: the thread's two rows, four column pairs
-    // The partner's half of a slice to its mailbox; this CTA's half into `kept`.
-    auto mail_and_keep = [&](const auto& tdQ, Kept& kept) {
-      Tensor dq_rc = sm90::as_rowcol(tdQ);
-      // Fragment columns c and c + 8 of a row are 32 columns apart (8-column groups c / 2 and
-      // c / 2 + 4): the first half is rank 0's to keep, the second rank 1's.
-      static_assert(size<0>(decltype(dq_rc){}) == 2 && size<1>(decltype(dq_rc){}) == 16,
-                    "a thread holds two rows of 8 column pairs of a dQ slice");
-      float4 mail[4];
-      CUTE_UNROLL
-      for (int k = 0; k < 4; ++k) {
-        const int r = k / 2, c = 4 * (k % 2);
-        auto sent = [&](int j) { return rank == 0 ? dq_rc(r, c + j + 8) : dq_rc(r, c + j); };
-        mail[k] = make_float4(sent(0), sent(1), sent(2), sent(3));
-      }
-      mailbox.send(mail);
-      CUTE_UNROLL
-      for (int r = 0; r < 2; ++r)
-        CUTE_UNROLL
-        for (int c = 0; c < 8; ++c) kept[r][c] = rank == 0 ? dq_rc(r, c) : dq_rc(r, c + 8);
-    };
-    // The partner's half of a slice added to `kept`, and the sums staged.
-    auto receive_and_stage = [&](Kept& kept, int slice, uint32_t stage_addr, const float (&row_scale)[2]) {
-      float4 mail[4];
-      mailbox.receive(mail, wg_thread == 0);
-      if (slice == 0) mailbox.release();
-      CUTE_UNROLL
-      for (int k = 0; k < 4; ++k) {
-        float* row = kept[k / 2] + 4 * (k % 2);
-        row[0] += mail[k].x, row[1] += mail[k].y, row[2] += mail[k].z, row[3] += mail[k].w;
-      }
-      constexpr int kSwapCols = 2 * DqStaging::kOddRowGroupSwap;
-      static_assert(8 % (2 * kSwapCols) == 0, "the partner group lies in the kept columns");
-      auto kept_rc = [&](int r, int c) { return kept[r][c]; };
-      CUTE_UNROLL
-      for (int r = 0; r < 2; ++r)
-        CUTE_UNROLL
-        for (int c = 0; c < 8; c += 2) {
-          // Both slices' kept columns side by side.
-          const int col = slice * Config::kDqKeptCols + get<1>(dq_coord_rc(r, c)) - dq_col0;
-          const uint32_t addr = stage_addr + row_bases[col % Config::kDqSlabCols / 8] +
-                                DqStaging::byte_offset(0, col - col % Config::kDqSlabCols) + r * 1024;
-          stage_dq_pair<Config::kFixedPointDq, kSwapCols>(addr, kept_rc, r, c, odd_rows, row_scale);
-        }
-    };
-    static_assert(Config::kDqSlices == 2, "two slices: one staged in dq_start, one in dq_finish");
-    auto dq_start = [&](QBlock qb, int i, const State& st_i, Kept& kept1) {
-      const int buf = i % 2;
-      cutlass::arch::ClusterBarrier::wait(&ss.ds_ready[buf], (i / 2) % 2);
-      Tensor tdQrdS = thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ss.ds[buf]), typename Config::PdSLayout{}));
-      Tensor s_kt = make_tensor(make_smem_ptr(ss.k), typename Config::KtLayout{});
-      auto slice_gemm = [&](int slice, auto& tdQ) {
-        Tensor tdQrK = thr_dq.partition_fragment_B(
-            local_tile(s_kt, Shape<Int<Config::kDqSliceCols>, Int<kBlockN>>{}, make_coord(warpgroup * Config::kDqSlices + slice, _0{})));
-        sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrK, tdQ);
-      };
-      Kept kept0;
-      {
-        Tensor tdQ = partition_fragment_C(mma_dq, Shape<_64, Int<Config::kDqSliceCols>>{});
-        slice_gemm(0, tdQ);
-        warpgroup_wait<0>();
-        sm90::fence_after_wait(tdQ);
-        mail_and_keep(tdQ, kept0);
-      }
+    Kept kept0;
+    {
       Tensor tdQ = partition_fragment_C(mma_dq, Shape<_64, Int<Config::kDqSliceCols>>{});
-      slice_gemm(1, tdQ);
-      float row_scale[2];
-      row_scales(qb, row_scale);
-      cutlass::arch::ClusterBarrier::wait(&ss.stage_consumed[st_i.index], st_i.phase);
-      receive_and_stage(kept0, 0, sm90::shared_address(stage_of(st_i)), row_scale);
+      slice_gemm(0, tdQ);
       warpgroup_wait<0>();
       sm90::fence_after_wait(tdQ);
-      cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[buf]);
-      mail_and_keep(tdQ, kept1);
-    };
-    auto dq_finish = [&](QBlock qb, const State& st_i, Kept& kept1) {
-      void* stage = stage_of(st_i);
-      float row_scale[2];
-      row_scales(qb, row_scale);
-      receive_and_stage(kept1, 1, sm90::shared_address(stage), row_scale);
-      // Every warp waits: its mail is read before any warp goes on to store the next P over it.
-      reduce_staged(qb, stage, Config::kDqSlabsPerStaging, /*all_wait=*/true, [&](int s) {
+      mail_and_keep(tdQ, kept0);
+    }
+    Tensor tdQ = partition_fragment_C(mma_dq, Shape<_64, Int<Config::kDqSliceCols>>{});
+    slice_gemm(1, tdQ);
+    cutlass::arch::ClusterBarrier::wait(&ss.stage_consumed[st_i.index], st_i.phase);
+    receive_and_stage(qb, kept0, 0, sm90::shared_address(pair_stage(st_i)));
+    warpgroup_wait<0>();
+    sm90::fence_after_wait(tdQ);
+    cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[buf]);
+    mail_and_keep(tdQ, kept1);
+  };
+  auto dq_finish = [&](auto qb, const auto& st_i, Kept& kept1) {
+    void* stage = pair_stage(st_i);
+    receive_and_stage(qb, kept1, 1, sm90::shared_address(stage));
+    sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
+    cutlass::arch::NamedBarrier::sync(128, kDqStagedBarrier + warpgroup);
+    if (wg_thread == 0) {
+      const WorkspaceRows rows = workspace_rows(bp, b, qb.h, at.q, kVarlen);
+      CUTE_UNROLL
+      for (int s = 0; s < Config::kDqSlabsPerStaging; ++s) {
         // Slab s holds kept columns [s * kDqSlabCols, ...) of the slices side by side.
         const int kept_col = s * Config::kDqSlabCols;
-        return warpgroup * Config::kDqCols + kept_col / Config::kDqKeptCols * Config::kDqSliceCols +
-               rank * Config::kDqKeptCols + kept_col % Config::kDqKeptCols;
-      });
-    };
-    float kept1[2][8];  // dQ_{it - 1}'s slice 1, kept columns (dq_start to dq_finish)
-    walk([&](QBlock qb, int i, const State& st_i) { dq_start(qb, i, st_i, kept1); },
-         [&](QBlock qb, const State& st_i) {
-           dq_finish(qb, st_i, kept1);
-           release_staged(st_i);
-         },
-         // P_i is read: the mailbox may take the partner's first message of dQ_i. (This
-         // warpgroup's next P stores follow dq_finish's barrier.)
-         [&] { mailbox.release(); },
-         [&](QBlock qb, int i, const State& st_i) {
-           dq_start(qb, i, st_i, kept1);
-           dq_finish(qb, st_i, kept1);
-           release_staged(st_i);
-         });
+        const int col = warpgroup * Config::kDqCols + kept_col / Config::kDqKeptCols * Config::kDqSliceCols +
+                        rank * Config::kDqKeptCols + kept_col % Config::kDqKeptCols;
+        sm90::tensor_reduce_add(&params.dq_map, static_cast<char*>(stage) + s * kBlockM * 128, col,
+                                static_cast<int>(rows.dq_row0 + qb.q0), static_cast<int>(rows.dq_plane));
+      }
+      sm90::bulk_commit_group();
+    }
+  };
+  float kept1[2][8];  // CTA pairs: dQ_{it - 1}'s slice 1, kept columns (dq_start to dq_finish)
+
+  if (blocks.n_iters > 0) sm90::OnceBarrier::wait(ss.kv_barrier);
+  typename Pipeline::State st = Pipeline::consumer_start(), st_prev = st;
+  QBlock blk = blocks.first(), prev = blk;
+  for (int it = 0; it < blocks.n_iters; ++it) {
+    // The previous block's dQ first: with S and dP in flight beside dK^T and dV^T its staging
+    // did not fit the registers (ptxas serialized the WGMMAs, C7512, and spilled), as at d = 128.
+    if (it > 0) {
+      if constexpr (Config::kCtaPairs) {
+        dq_start(prev, it - 1, st_prev, kept1);
+      } else {
+        dq_block(prev, it - 1, st_prev);
+      }
+    }
+    Pipeline::consumer_wait(ss.pipeline, st);
+    Tensor s_q = make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QLayout{});
+    Tensor s_do = make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QLayout{});
+    Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    Tensor tSrQ = thr_sdp.partition_fragment_A(s_q);
+    Tensor tSrdO = thr_sdp.partition_fragment_A(s_do);
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrQ, tSrK, tSrS);
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrdO, tSrV, tSrdP);
+    if (it > 0) {
+      if constexpr (Config::kCtaPairs) dq_finish(prev, st_prev, kept1);
+      release_staged(st_prev);
+    }
+    warpgroup_wait<0>();
+    sm90::fence_after_wait(tSrS, tSrdP);
+
+    // P and dS; a row is a query (its LSE2 and D), a column a key. Only blocks that cross the
+    // causal diagonal, a window's edge or the end of the keys pay for the compares; padded query
+    // rows have LSE2 = +inf: P = 0. With the softcap, dS = P (dP - D) tanh'(.).
+    Tensor s_rc = sm90::as_rowcol(tSrS);
+    Tensor dp_rc = sm90::as_rowcol(tSrdP);
+    const float2* stats = ss.stats[st.index];
+    const bool needs_mask = !mask.covers(blk.q0, blk.q0 + kBlockM - 1, k0, k0 + kBlockN);
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(s_rc); ++r) {
+      const int q = get<0>(c_rc(r, 0));
+      const float2 stat = stats[q];  // (LSE2, D)
+      const VisibleKeys<Mask> keys(mask, needs_mask, blk.q0 + q, k0, kBlockN);
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s_rc); ++c) {
+        const bool seen = keys.sees(get<1>(c_rc(r, c)));
+        if constexpr (Score::kTransforms) {
+          transformed_p_and_ds(score, scale_log2, stat, seen, s_rc(r, c), dp_rc(r, c));
+        } else {
+          const float prob = seen ? exp2_approx(fmaf(s_rc(r, c), scale_log2, -stat.x)) : 0.f;
+          s_rc(r, c) = prob;
+          dp_rc(r, c) = prob * (dp_rc(r, c) - stat.y);
+        }
+      }
+    }
+
+    // P and dS (the element type) into this warpgroup's halves: P's single buffer was last read
+    // by the previous block's dV^T GEMM (completed); dS's buffer it % 2 by both warpgroups' dQ
+    // GEMMs two blocks ago (ds_free).
+    if (it >= 2) cutlass::arch::ClusterBarrier::wait(&ss.ds_free[it % 2], ((it - 2) / 2) % 2);
+    // A thread's column pairs (2j, 2j + 1) are adjacent in the tile (the swizzle moves 16-byte
+    // chunks): one 4-byte shared store each.
+    Tensor p_s = sm90::as_rowcol(thr_sdp.partition_C(make_tensor(make_smem_ptr(ss.p), typename Config::PdSLayout{})));
+    Tensor ds_s = sm90::as_rowcol(thr_sdp.partition_C(make_tensor(make_smem_ptr(ss.ds[it % 2]), typename Config::PdSLayout{})));
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(s_rc); ++r)
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s_rc); c += 2) {
+        store_shared_pair(&p_s(r, c), sm90::pack_pair<T>(s_rc(r, c), s_rc(r, c + 1)));
+        store_shared_pair(&ds_s(r, c), sm90::pack_pair<T>(dp_rc(r, c), dp_rc(r, c + 1)));
+      }
+    cutlass::arch::fence_view_async_shared();  // the stores, before the WGMMAs' (async-proxy) reads
+    cutlass::arch::NamedBarrier::sync(128, kHalvesStoredBarrier + warpgroup);
+    cutlass::arch::ClusterBarrier::arrive(&ss.ds_ready[it % 2]);
+
+    // dV^T += dO^T P_w, dK^T += Q^T dS_w.
+    Tensor tdKrdS = thr_dkv.partition_fragment_B(make_tensor(make_smem_ptr(ss.ds[it % 2] + warpgroup * kHalf),
+                                                             typename Config::HalfViewLayout{}));
+    Tensor tdVrdOt = thr_dkv.partition_fragment_A(make_tensor(make_smem_ptr(ss.dout[st.index]), typename Config::QtLayout{}));
+    Tensor tdKrQt = thr_dkv.partition_fragment_A(make_tensor(make_smem_ptr(ss.q[st.index]), typename Config::QtLayout{}));
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/false>(mma_dkv, tdVrdOt, tdVrP, tdV);
+    sm90::warpgroup_gemm_issue</*kZeroInit=*/false>(mma_dkv, tdKrQt, tdKrdS, tdK);
+    warpgroup_wait<0>();
+    sm90::fence_after_wait(tdV, tdK);
+    // Q_i and dO_i are read; the stage is released after it has carried dQ_i (release_staged).
+    cutlass::arch::ClusterBarrier::arrive(&ss.stage_consumed[st.index]);
+    // CTA pairs: P_i is read, the mailbox may take the partner's first message of dQ_i.
+    if constexpr (Config::kCtaPairs) mailbox.release();
+    st_prev = st;
+    st.advance();
+    prev = blk;
+    blk = blocks.next(blk);
   }
+  if (blocks.n_iters > 0) {
+    if constexpr (Config::kCtaPairs) {
+      dq_start(prev, blocks.n_iters - 1, st_prev, kept1);
+      dq_finish(prev, st_prev, kept1);
+    } else {
+      dq_block(prev, blocks.n_iters - 1, st_prev);
+    }
+    release_staged(st_prev);
+    if (wg_thread == 0) sm90::bulk_wait<0>();  // complete before the post-pass reads the workspace
+  }
+
   // dK = scale * (dK^T)^T and dV to global memory, rows (keys) past seqlen_k dropped (and zeroed
   // up to the sequence's rows when seqused_k leaves some unused). A thread holds (d, key) pairs:
   // the stores are 2- or 4-byte scattered ones, once per CTA.
