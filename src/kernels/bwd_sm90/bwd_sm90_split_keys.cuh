@@ -331,7 +331,7 @@ __device__ __forceinline__ void split_keys_consumers(const typename Config::Para
   };
   // The partner's half of a slice added to `kept`, and the sums staged: both slices' kept
   // columns side by side, the row's 2^e_i times dQ (the pre-pass's) in int64.
-  auto receive_and_stage = [&](auto qb, Kept& kept, int slice, uint32_t stage_addr) {
+  auto receive_and_stage = [&](Kept& kept, int slice, uint32_t stage_addr, const float (&row_scale)[2]) {
     float4 mail[4];
     mailbox.receive(mail, wg_thread == 0);
     if (slice == 0) mailbox.release();
@@ -340,10 +340,6 @@ __device__ __forceinline__ void split_keys_consumers(const typename Config::Para
       float* row = kept[k / 2] + 4 * (k % 2);
       row[0] += mail[k].x, row[1] += mail[k].y, row[2] += mail[k].z, row[3] += mail[k].w;
     }
-    float row_scale[2];
-    const float* scales = bp.dq_scale + workspace_rows(bp, b, qb.h, at.q, kVarlen).stats + qb.q0;
-    CUTE_UNROLL
-    for (int r = 0; r < 2; ++r) row_scale[r] = scales[dq_row0 + 8 * r];
     constexpr int kSwapCols = 2 * DqStaging::kOddRowGroupSwap;
     static_assert(8 % (2 * kSwapCols) == 0, "the partner group lies in the kept columns");
     auto kept_rc = [&](int r, int c) { return kept[r][c]; };
@@ -356,6 +352,12 @@ __device__ __forceinline__ void split_keys_consumers(const typename Config::Para
                               DqStaging::byte_offset(0, col - col % Config::kDqSlabCols) + r * 1024;
         stage_dq_pair<Config::kFixedPointDq, kSwapCols>(addr, kept_rc, r, c, odd_rows, row_scale);
       }
+  };
+  // The power of two of each of the thread's rows (the pre-pass's), loaded ahead of the mail.
+  auto pair_row_scales = [&](auto qb, float (&row_scale)[2]) {
+    const float* scales = bp.dq_scale + workspace_rows(bp, b, qb.h, at.q, kVarlen).stats + qb.q0;
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) row_scale[r] = scales[dq_row0 + 8 * r];
   };
   auto pair_stage = [&](const auto& st_i) {
     return warpgroup == 0 ? static_cast<void*>(ss.q[st_i.index]) : static_cast<void*>(ss.dout[st_i.index]);
@@ -381,8 +383,10 @@ __device__ __forceinline__ void split_keys_consumers(const typename Config::Para
     }
     Tensor tdQ = partition_fragment_C(mma_dq, Shape<_64, Int<Config::kDqSliceCols>>{});
     slice_gemm(1, tdQ);
+    float row_scale[2];
+    pair_row_scales(qb, row_scale);
     cutlass::arch::ClusterBarrier::wait(&ss.stage_consumed[st_i.index], st_i.phase);
-    receive_and_stage(qb, kept0, 0, sm90::shared_address(pair_stage(st_i)));
+    receive_and_stage(kept0, 0, sm90::shared_address(pair_stage(st_i)), row_scale);
     warpgroup_wait<0>();
     sm90::fence_after_wait(tdQ);
     cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[buf]);
@@ -390,7 +394,9 @@ __device__ __forceinline__ void split_keys_consumers(const typename Config::Para
   };
   auto dq_finish = [&](auto qb, const auto& st_i, Kept& kept1) {
     void* stage = pair_stage(st_i);
-    receive_and_stage(qb, kept1, 1, sm90::shared_address(stage));
+    float row_scale[2];
+    pair_row_scales(qb, row_scale);
+    receive_and_stage(kept1, 1, sm90::shared_address(stage), row_scale);
     sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
     cutlass::arch::NamedBarrier::sync(128, kDqStagedBarrier + warpgroup);
     if (wg_thread == 0) {
