@@ -86,6 +86,7 @@ struct SplitKeysConfig {
   static constexpr bool kStageConsumedBarriers = true;  // stage_consumed[] (init_barriers)
   static_assert(kBlockM * kDqSlices * kDqKeptCols * sizeof(DqElem) == kBlockM * D * sizeof(E),
                 "a warpgroup's kept dQ columns of both slices fill one Q or dO tile of the ring");
+  static_assert(kBlockN == 64 && kBlockM == 64, "the GEMM shapes below assume 64 x 64 blocks");
   using QLayout = sm90::TileLayout<E, kBlockM, D>;                // Q_i, dO_i (query x d)
   using KVLayout = sm90::TileLayout<E, kBlockN, D>;               // K_j, V_j (key x d)
   using QtLayout = sm90::TransposedView<QLayout, kBlockM, D>;     // Q^T, dO^T (d x query)
