@@ -135,15 +135,16 @@ TEST_P(BackwardPerKernel, CausalBlocksAcrossHeads) {
     }
 }
 
-// bwd_sm90 at d = 256 runs its CTAs in pairs on adjacent KV blocks (bwd_sm90_cta.cuh: kCtaPairs)
-// that walk the Q blocks of both and sum their dQ blocks on chip: odd KV block counts (the pair's
-// second CTA past the keys), causal with sq != sk both ways (one CTA of a pair visits Q blocks it
-// does not see), a window whose edges fall differently for the pair's two CTAs, GQA 4:1 and MQA;
-// the default and the deterministic mode, bf16 and fp16.
-TEST(BackwardCtaPairs, Bwdsm90D256MatchesReference) {
+// bwd_sm90's deterministic mode (and, at d = 256, bwd_sm90 in both modes) runs its CTAs in pairs
+// on adjacent KV blocks (bwd_sm90_cta.cuh: kCtaPairs) that walk the Q blocks of both and sum their
+// dQ blocks on chip: odd KV block counts (the pair's second CTA past the keys: 321 and 600 keys in
+// 128-key blocks, 190 in d = 256's 64-key ones), causal with sq != sk both ways (one CTA of a pair
+// visits Q blocks it does not see), a window whose edges fall differently for the pair's two CTAs,
+// GQA 4:1 / 2:1 and MQA; both modes, bf16 and fp16, every compiled head dim.
+TEST(BackwardCtaPairs, Bwdsm90MatchesReference) {
   HFA_SKIP_WITHOUT_GPU();
   const std::vector<int> dims = supported_head_dims("bwd_sm90");
-  if (std::find(dims.begin(), dims.end(), 256) == dims.end()) GTEST_SKIP() << "bwd_sm90 has no d = 256 here";
+  if (dims.empty()) GTEST_SKIP() << "bwd_sm90 takes no compiled head dim here";
   struct Case {
     ShapeCase shape;
     bool causal;
@@ -152,17 +153,19 @@ TEST(BackwardCtaPairs, Bwdsm90D256MatchesReference) {
   const Case cases[] = {{{2, 190, 190, 8, 2}, false, -1, -1},
                         {{1, 400, 321, 8, 2}, true, -1, -1},
                         {{1, 250, 450, 4, 1}, true, -1, -1},
+                        {{2, 333, 600, 6, 3}, false, -1, -1},
                         {{2, 500, 500, 4, 4}, false, 100, 30}};
   uint64_t seed = 70;
-  for (const Case& k : cases)
-    for (bool deterministic : {false, true})
-      for (DType dtype : {DType::kBF16, DType::kFP16}) {
-        check::Config c = backward_config({"bwd_sm90", 256, k.causal, dtype}, k.shape);
-        c.window_left = k.window_left;
-        c.window_right = k.window_right;
-        c.deterministic = deterministic;
-        expect_backward_pass(c, ++seed);
-      }
+  for (int d : dims)
+    for (const Case& k : cases)
+      for (bool deterministic : {false, true})
+        for (DType dtype : {DType::kBF16, DType::kFP16}) {
+          check::Config c = backward_config({"bwd_sm90", d, k.causal, dtype}, k.shape);
+          c.window_left = k.window_left;
+          c.window_right = k.window_right;
+          c.deterministic = deterministic;
+          expect_backward_pass(c, ++seed);
+        }
 }
 
 // dk and dv are sums kept on chip in a fixed order: identical from run to run. dq is summed with

@@ -7,12 +7,12 @@
 // A Config provides E, kBlockM, kBlockN, kHeadDim, kStages, kStageConsumedBarriers, kCtaPairs,
 // QLayout, KVLayout, Pipeline, Params (BwdParams below) and a SharedStorage with k, v, q[], dout[],
 // stats[], kv_barrier, ds_ready[2], ds_free[2], pipeline (and stage_consumed[] with
-// kStageConsumedBarriers; pair.dq_mail_full[2], pair.dq_mail_free[2] with kCtaPairs).
+// kStageConsumedBarriers; with kCtaPairs `pair`, a DqPairStorage).
 //
 // kCtaPairs: the CTAs run as clusters of two on adjacent KV blocks (j even, j + 1), ranks 0 and 1
 // of the cluster, and both walk the Q blocks of the pair's 2 * kBlockN keys (the union of what
 // each would visit: a block one of them does not see is masked whole, P = 0), so that they can sum
-// their dQ blocks on chip (bwd_sm90_split_keys.cuh). The grid's KV-block axis is even: a pair's
+// their dQ blocks on chip (the deterministic mode of both arrangements). The grid's KV-block axis is even: a pair's
 // second CTA past the keys (an odd block count) walks with its partner, every key masked, and
 // writes nothing; a pair wholly past a sequence's keys leaves.
 #pragma once
@@ -41,6 +41,23 @@ constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
 static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= kThreads * 168,
               "setmaxnreg cannot hand out more registers than the CTA was launched with");
+
+// A CTA pair's dQ mail (kCtaPairs): each warpgroup's sm90::PairMailbox with its barriers, kFloat4s
+// 16-byte slots of it here (the rest, if any, elsewhere in the Config's SharedStorage). Last in a
+// SharedStorage, so that the unpaired kernel's layout is the same without it.
+template <int kFloat4s>
+struct DqPairStorage {
+  alignas(16) float4 dq_mail[2][kFloat4s];
+  uint64_t dq_mail_full[2];
+  uint64_t dq_mail_free[2];
+};
+struct NoDqPairStorage {};
+// The mailbox of an unpaired kernel (never called: the dQ path of CTA pairs is not taken alone).
+struct NoDqMailbox {
+  __device__ void send(const float4 (&)[4]) {}
+  __device__ void receive(float4 (&)[4], bool) {}
+  __device__ void release() const {}
+};
 
 // The main kernel's parameters, in both arrangements: the problem, the TMA descriptors of Q and
 // dO (BlockM-row tiles) and of K and V (BlockN-row tiles), and the dQ workspace as (D,

@@ -29,8 +29,10 @@
 // (BwdProblem::dq_fixed_point; the scale of each row from the bound in backward_passes.cuh):
 // dQ_i's values times the row's power of two, rounded to int64, staged in 16-column slabs and
 // added by the same reductions on a u64 tensor map -- integer sums, so the bits do not depend on
-// the order in which KV blocks add, and no CTA waits for another. (The d = 256 arrangement does
-// the same, its two int64 slices staged one after the other.) Variable-length batches (a kernel
+// the order in which KV blocks add, and no CTA waits for another. At d = 128 the CTAs run in
+// pairs (Config::kCtaPairs, bwd_sm90_cta.cuh) that add half of each dQ block on chip before
+// staging it: half the int64 bytes into the L2. (The d = 256 arrangement does the same, its two
+// int64 slices staged one after the other.) Variable-length batches (a kernel
 // of their own too): the CTA works on its sequence as a dense problem, the grid's third axis
 // being the sequences and the workspace laid out per sequence (backward_workspace.h).
 #pragma once
@@ -99,11 +101,22 @@ struct BwdConfig {
   using DqElem = std::conditional_t<kFixedPointDq, long long, float>;
   using DqStaging = DqStage<kBlockM, sizeof(DqElem)>;
   static constexpr int kDqSlabCols = DqStaging::kSlabCols;
+  // The deterministic mode (int64) at d = 128 runs the CTAs in pairs (bwd_sm90_cta.cuh:
+  // kCtaPairs): of each dQ block a warpgroup keeps half of its 64 columns (the first half in the
+  // pair's rank 0) and mails the other half to the same warpgroup of the partner CTA (a
+  // sm90::PairMailbox, 8 KB in ss.pair), which adds them to its own: each CTA stages and reduces
+  // half of the block, half the int64 bytes into the L2. Measured against the unpaired kernel
+  // (H100, WORKLOG "bwd_sm90", session 40): d = 128 1.06x, but d = 64 0.97x (causal 0.92-0.96x),
+  // whose slower GEMMs put fewer dQ bytes per second into the L2: d = 64 stays unpaired.
+  static constexpr bool kCtaPairs = cta_pairs(D, kFixedPointDq);
+  static constexpr int kDqWarpgroupCols = kDqSplitsRows ? D : D / 2;
+  static constexpr int kDqKeptCols = kCtaPairs ? kDqWarpgroupCols / 2 : kDqWarpgroupCols;
+  static_assert(!kCtaPairs || (!kDqSplitsRows && kDqWarpgroupCols == 64),
+                "pairs split a warpgroup's 64 dQ columns (as the paired exchange is written)");
   // A warpgroup's part of dQ: its slabs, and the rows of each (the reductions' box).
-  static constexpr int kSlabsPerWarpgroup = (kDqSplitsRows ? D : D / 2) / kDqSlabCols;
+  static constexpr int kSlabsPerWarpgroup = kDqKeptCols / kDqSlabCols;
   static constexpr int kDqRows = kDqSplitsRows ? kBlockM / 2 : kBlockM;
   static constexpr bool kStageConsumedBarriers = false;  // (the d = 256 arrangement's)
-  static constexpr bool kCtaPairs = false;               // (the d = 256 arrangement's)
 
   struct SharedStorage {
     alignas(1024) E k[kBlockN * D];
@@ -111,12 +124,14 @@ struct BwdConfig {
     alignas(1024) E q[kStages][kBlockM * D];
     alignas(1024) E dout[kStages][kBlockM * D];
     alignas(1024) E ds[2][kBlockN * kBlockM];  // double-buffered: ds_ready / ds_free below
-    alignas(1024) DqElem dq[kBlockM * D];      // DqStaging slabs (warpgroup w's columns or rows)
+    alignas(1024) DqElem dq[2 * kDqRows * kDqKeptCols];  // DqStaging slabs (warpgroup w's columns or rows,
+                                                         // in CTA pairs the columns it keeps)
     alignas(16) float2 stats[kStages][kBlockM];  // (LSE * log2 e, D) of the stage's rows
     uint64_t kv_barrier;
     uint64_t ds_ready[2];  // both warpgroups' halves of dS^T are in ds[i] (256 arrivals)
     uint64_t ds_free[2];   // both warpgroups' dQ GEMMs have read ds[i] (256 arrivals)
     typename Pipeline::SharedStorage pipeline;
+    std::conditional_t<kCtaPairs, DqPairStorage<512>, NoDqPairStorage> pair;  // 4 + 4 KB a warpgroup
   };
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
 
@@ -172,6 +187,8 @@ __device__ __forceinline__ void write_dq_blocks(const typename Config::Params& p
   using NamedBarrier = cutlass::arch::NamedBarrier;
   constexpr int kBlockM = Config::kBlockM;
   const bool leader = threadIdx.x % 32 == 0;
+  // In CTA pairs a warpgroup stages the kDqKeptCols columns it keeps of its part: rank 1's second half.
+  const int rank = Config::kCtaPairs ? static_cast<int>(sm90::cluster_cta_rank()) : 0;
   auto blk = blocks.first();
 #pragma unroll 1
   for (int it = 0; it < blocks.n_iters; ++it) {
@@ -183,10 +200,12 @@ __device__ __forceinline__ void write_dq_blocks(const typename Config::Params& p
         for (int s = 0; s < Config::kSlabsPerWarpgroup; ++s) {
           const int slab = Config::kDqSplitsRows ? s : warpgroup * Config::kSlabsPerWarpgroup + s;
           const int row0 = Config::kDqSplitsRows ? warpgroup * Config::kDqRows : 0;  // in the block
+          const int col = Config::kDqSplitsRows
+                              ? slab * Config::kDqSlabCols
+                              : warpgroup * Config::kDqWarpgroupCols + rank * Config::kDqKeptCols + s * Config::kDqSlabCols;
           sm90::tensor_reduce_add(&params.dq_map,
-                                  ss.dq + slab * kBlockM * Config::kDqSlabCols + row0 * Config::kDqSlabCols,
-                                  slab * Config::kDqSlabCols, static_cast<int>(dq_rows.dq_row0 + blk.q0 + row0),
-                                  static_cast<int>(dq_rows.dq_plane));
+                                  ss.dq + slab * kBlockM * Config::kDqSlabCols + row0 * Config::kDqSlabCols, col,
+                                  static_cast<int>(dq_rows.dq_row0 + blk.q0 + row0), static_cast<int>(dq_rows.dq_plane));
           sm90::bulk_commit_group();
         }
         sm90::bulk_wait_read<0>();
@@ -299,14 +318,96 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
     sm90::fence_proxy_async_shared();  // the staging, before the bulk engine's reads
     NamedBarrier::arrive(kDqBarrierThreads, kDqWrittenBarrier + warpgroup);
   };
+  // In CTA pairs (the deterministic mode at d = 128, int64; Config::kCtaPairs) the pair's two CTAs
+  // walk the same Q blocks, and dq_exchange takes dq_store's and dq_publish's place: of dQ_i each
+  // warpgroup keeps half of its 64 columns (the first 32 in rank 0) and mails the other half (16
+  // of a thread's 32 values, sm90::PairMailbox) to the same thread of the partner's same
+  // warpgroup, whose fragment holds the same (row, column) coordinates; it adds the partner's
+  // values to its kept ones (one fp32 addition of two partial sums: the same bits in either order)
+  // and stages the sums as int64 (the row's 2^e_i times dQ, rounded) in its 32 columns of the
+  // staging for the writer warp. The partner's mail is read right after this CTA's is sent: read
+  // after dP^T's issue instead (the partner's values then have longer to cross the SMs), the
+  // kernel measured 0.4% faster and spilled 16 bytes, with the softcap or a window 144-152 (H100,
+  // WORKLOG "bwd_sm90", session 40). The mailbox (ss.pair, 8 KB a warpgroup) holds nothing else,
+  // so it is freed right after each read: once before the first message, then after every message
+  // but the last (the partner waits for no release after it, and may have left).
+  const int rank = Config::kCtaPairs ? static_cast<int>(sm90::cluster_cta_rank()) : 0;
+  auto mailbox = [&] {
+    if constexpr (Config::kCtaPairs) {
+      float4* mail = ss.pair.dq_mail[warpgroup];
+      return sm90::PairMailbox(mail, mail + 256, &ss.pair.dq_mail_full[warpgroup], &ss.pair.dq_mail_free[warpgroup],
+                               mma_thread % 128);
+    } else {
+      return NoDqMailbox{};
+    }
+  }();
+  // The thread's first kept column in the staging: the warpgroup's 32 columns from 32 * warpgroup,
+  // its kept fragment column c at 8 (c / 2) + c % 2 from the thread's first.
+  const uint32_t pair_even_base = DqStaging::row_base(dq_row0, dq_col0 % 8) +
+                                  DqStaging::byte_offset(0, warpgroup * Config::kDqKeptCols);
+  const uint32_t pair_row_base = odd_rows ? DqStaging::swapped(pair_even_base) : pair_even_base;
+  auto dq_exchange = [&](QBlock qb, int i, DqFragment& tdQ) {
+    sm90::fence_after_wait(tdQ);
+    cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[i % 2]);
+    Tensor dq_rc = sm90::as_rowcol(tdQ);
+    // Fragment columns c and c + 8 of a row are 32 columns apart (8-column groups c / 2 and
+    // c / 2 + 4): the first half is rank 0's to keep, the second rank 1's.
+    static_assert(!Config::kCtaPairs || (size<0>(decltype(dq_rc){}) == 2 && size<1>(decltype(dq_rc){}) == 16),
+                  "a thread holds two rows of 8 column pairs of a warpgroup's dQ");
+    float4 mail[4];
+    CUTE_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      const int r = k / 2, c = 4 * (k % 2);
+      auto sent = [&](int j) { return rank == 0 ? dq_rc(r, c + j + 8) : dq_rc(r, c + j); };
+      mail[k] = make_float4(sent(0), sent(1), sent(2), sent(3));
+    }
+    mailbox.send(mail);
+    float kept[2][8];
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r)
+      CUTE_UNROLL
+      for (int c = 0; c < 8; ++c) kept[r][c] = rank == 0 ? dq_rc(r, c) : dq_rc(r, c + 8);
+    float row_scale[2];
+    const float* scales = bp.dq_scale + workspace_rows(bp, b, qb.h, at.q, kVarlen).stats + qb.q0;
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) row_scale[r] = scales[dq_row0 + 8 * r];
+    mailbox.receive(mail, mma_thread % 128 == 0);
+    if (i + 1 < blocks.n_iters) mailbox.release();
+    CUTE_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      float* row = kept[k / 2] + 4 * (k % 2);
+      row[0] += mail[k].x, row[1] += mail[k].y, row[2] += mail[k].z, row[3] += mail[k].w;
+    }
+    if (i > 0) NamedBarrier::sync(kDqBarrierThreads, kDqFreeBarrier + warpgroup);
+    constexpr int kSwapCols = 2 * DqStaging::kOddRowGroupSwap;
+    static_assert(!Config::kCtaPairs || 8 % (2 * kSwapCols) == 0, "the partner group lies in the kept columns");
+    auto kept_rc = [&](int r, int c) { return kept[r][c]; };
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r)
+      CUTE_UNROLL
+      for (int c = 0; c < 8; c += 2) {
+        const uint32_t addr = dq_stage + DqStaging::byte_offset(pair_row_base, 8 * (c / 2)) + 8 * r * 128;
+        stage_dq_pair<true, kSwapCols>(addr, kept_rc, r, c, odd_rows, row_scale);
+      }
+    dq_publish();
+  };
+  // dQ_i's staging from its fragment, alone or in a pair, the writer warp told.
+  auto dq_stage_and_publish = [&](QBlock qb, int i, DqFragment& tdQ) {
+    if constexpr (Config::kCtaPairs) {
+      dq_exchange(qb, i, tdQ);
+    } else {
+      dq_store(qb, i, tdQ);
+      dq_publish();
+    }
+  };
   auto dq_block = [&](QBlock qb, int i) {
     auto tdQ = dq_issue(i);
     warpgroup_wait<0>();
-    dq_store(qb, i, tdQ);
-    dq_publish();
+    dq_stage_and_publish(qb, i, tdQ);
   };
 
   if (blocks.n_iters > 0) sm90::OnceBarrier::wait(ss.kv_barrier);
+  if (Config::kCtaPairs && blocks.n_iters > 0) mailbox.release();  // for the partner's first message
   typename Pipeline::State st = Pipeline::consumer_start();
   QBlock blk = blocks.first(), prev = blk;
   for (int it = 0; it < blocks.n_iters; ++it) {
@@ -339,6 +440,7 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
     // measured 0.988x, and with the softcap it spilled twice as much).
     constexpr bool kPublishAfterSdP = !kDqBehindSdP && !kDqBesideS && !Score::kTransforms;
     if (!kDqBesideS || it == 0) {
+      static_assert(!Config::kCtaPairs || kDqBesideS, "CTA pairs: dq_exchange is called beside S^T's GEMM");
       if (!kDqBehindSdP && it > 0) {
         auto tdQ = dq_issue(it - 1);
         warpgroup_wait<0>();
@@ -357,8 +459,7 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
       auto tdQ = dq_issue(it - 1);
       sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ, tSrS);
       warpgroup_wait<1>();  // dQ's GEMM (S^T's may still run)
-      dq_store(prev, it - 1, tdQ);
-      dq_publish();
+      dq_stage_and_publish(prev, it - 1, tdQ);
       sm90::warpgroup_gemm_issue</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO, tSrdP);
       warpgroup_wait<kWaitBeforeP>();
     }
@@ -489,7 +590,7 @@ cudaError_t launch_main(const BwdProblem& bp, cudaStream_t stream) {
       : sm90::make_tile_tma<E, Config::kBlockM, D>(bp.dout, rows_q, p.heads_q, tma_batch, bp.do_row_stride, bp.do_head_stride, bp.do_batch_stride);
   params.tma_k = sm90::make_tile_tma<E, Config::kBlockN, D>(p.k, rows_k, p.heads_kv, tma_batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
   params.tma_v = sm90::make_tile_tma<E, Config::kBlockN, D>(p.v, rows_k, p.heads_kv, tma_batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
-  // With CTA pairs (d = 256, deterministic) the KV-block axis is even: clusters of two along it.
+  // With CTA pairs (the deterministic mode) the KV-block axis is even: clusters of two along it.
   constexpr int kPair = Config::kCtaPairs ? 2 : 1;
   const int kv_blocks = ((p.seqlen_k + Config::kBlockN - 1) / Config::kBlockN + kPair - 1) / kPair * kPair;
   params.problem.kv_blocks_across_heads = kv_blocks_across_heads(bp);
@@ -505,16 +606,18 @@ cudaError_t launch_main(const BwdProblem& bp, cudaStream_t stream) {
       return err;
   }
   auto launch = [&](dim3 g) {
+    auto kernel = [] {
+      if constexpr (D > 128) {
+        return bwd_sm90_split_keys_kernel<T, Config, kVarlen, Mask, Score>;
+      } else {
+        return bwd_sm90_kernel<T, D, kDeterministic, kVarlen, Mask, Score>;
+      }
+    }();
     if constexpr (Config::kCtaPairs) {
-      return launch_clusters_with_smem(bwd_sm90_split_keys_kernel<T, Config, kVarlen, Mask, Score>, g,
-                                       across_heads ? dim3(1, 2, 1) : dim3(2, 1, 1), kThreads, Config::kSmemBytes,
-                                       stream, params);
-    } else if constexpr (D > 128) {
-      return launch_with_smem(bwd_sm90_split_keys_kernel<T, Config, kVarlen, Mask, Score>, g, kThreads,
-                              Config::kSmemBytes, stream, params);
+      return launch_clusters_with_smem(kernel, g, across_heads ? dim3(1, 2, 1) : dim3(2, 1, 1), kThreads,
+                                       Config::kSmemBytes, stream, params);
     } else {
-      return launch_with_smem(bwd_sm90_kernel<T, D, kDeterministic, kVarlen, Mask, Score>, g, kThreads,
-                              Config::kSmemBytes, stream, params);
+      return launch_with_smem(kernel, g, kThreads, Config::kSmemBytes, stream, params);
     }
   };
   if (!bp.dq_in_launch_order) return launch(grid);

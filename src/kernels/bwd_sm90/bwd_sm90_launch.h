@@ -34,16 +34,24 @@ constexpr int stages(int head_dim, bool deterministic, bool local = false) {
 }
 constexpr bool has_shape(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
+// The deterministic mode's CTAs run in pairs (bwd_sm90_cta.cuh: kCtaPairs) at d = 128 and 256:
+// clusters of two on adjacent KV blocks that sum their dQ blocks on chip, half the int64 bytes
+// into the L2 that bound the mode there (not at d = 64: WORKLOG, "bwd_sm90", session 40).
+constexpr bool cta_pairs(int head_dim, bool deterministic) { return deterministic && head_dim >= 128; }
+
 // Shared memory of a shape: K and V, stages x (Q, dO), two dS buffers (bf16/fp16), at d <= 128
-// the staged dQ block (fp32, int64 in the deterministic mode; d = 256 stages it in a consumed
-// Q / dO stage), at d = 256 the P tile (and in the deterministic mode the CTA pair's two 4 KB dQ
-// mailboxes); stages x the row statistics, 1 KB of barriers and 1 KB of alignment slack.
+// the staged dQ block (fp32, int64 in the deterministic mode; in CTA pairs half of it in int64
+// and the two warpgroups' 8 KB dQ mailboxes), at d = 256 (which stages dQ in a consumed Q / dO
+// stage) the P tile (and in CTA pairs two 4 KB dQ mailboxes); stages x the row statistics, 1 KB
+// of barriers and 1 KB of alignment slack.
 constexpr size_t smem_bytes(int head_dim, bool deterministic, bool local) {
   const size_t m = block_m(head_dim, deterministic, local), n = block_n(head_dim), d = head_dim,
                st = stages(head_dim, deterministic, local);
   const size_t tiles = (2 * n * d + st * 2 * m * d + 2 * n * m) * 2 + st * m * 8 + 2048;
+  const bool pairs = cta_pairs(head_dim, deterministic);
   if (!has_shape(head_dim)) return 0;
-  return head_dim <= 128 ? tiles + m * d * (deterministic ? 8 : 4) : tiles + m * n * 2 + (deterministic ? 8192 : 0);
+  if (head_dim > 128) return tiles + m * n * 2 + (pairs ? 8192 : 0);
+  return tiles + (pairs ? m * d * 8 / 2 + 16384 : m * d * (deterministic ? 8 : 4));
 }
 // The largest of a head dim's shapes (what the device must offer).
 constexpr size_t smem_bytes(int head_dim) {

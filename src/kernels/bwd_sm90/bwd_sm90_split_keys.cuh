@@ -52,15 +52,6 @@ namespace hfa::bwd_sm90 {
 constexpr int kHalvesStoredBarrier = 1;  // + warpgroup
 constexpr int kDqStagedBarrier = 3;      // + warpgroup
 
-// A CTA pair's dQ mail (split_keys_consumers): each warpgroup's mailbox is its half of the P tile
-// (free while it computes dQ) and 4 KB here.
-struct DqPairStorage {
-  alignas(16) float4 dq_mail[2][256];
-  uint64_t dq_mail_full[2];
-  uint64_t dq_mail_free[2];
-};
-struct NoDqPairStorage {};
-
 // kFixedPointDq_: the deterministic mode's int64 dQ (BwdProblem::dq_fixed_point).
 template <typename T, bool kFixedPointDq_ = false>
 struct SplitKeysConfig {
@@ -75,7 +66,8 @@ struct SplitKeysConfig {
   // rank 0) and mailing the other 32 to its partner, so that the kept sums of both slices fill
   // the tile.
   static constexpr bool kFixedPointDq = kFixedPointDq_;
-  static constexpr bool kCtaPairs = kFixedPointDq;
+  static constexpr bool kCtaPairs = cta_pairs(D, kFixedPointDq);
+  static_assert(kCtaPairs == kFixedPointDq, "d = 256's deterministic mode runs in pairs");
   using DqElem = std::conditional_t<kFixedPointDq, long long, float>;
   using DqStaging = DqStage<kBlockM, sizeof(DqElem)>;
   static constexpr int kDqCols = D / 2, kDqSliceCols = 64, kDqSlices = kDqCols / kDqSliceCols;
@@ -124,8 +116,9 @@ struct SplitKeysConfig {
     uint64_t ds_free[2];
     uint64_t stage_consumed[kStages];  // both warpgroups' GEMMs are done with the stage (256 arrivals)
     typename Pipeline::SharedStorage pipeline;
-    // Last, so that the unpaired kernel's layout is the same without it.
-    std::conditional_t<kCtaPairs, DqPairStorage, NoDqPairStorage> pair;
+    // Last, so that the unpaired kernel's layout is the same without it: each warpgroup's mailbox
+    // is its half of the P tile (free while it computes dQ) and 4 KB here.
+    std::conditional_t<kCtaPairs, DqPairStorage<256>, NoDqPairStorage> pair;
   };
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
 
@@ -133,11 +126,6 @@ struct SplitKeysConfig {
 };
 
 // Each warpgroup's dQ mailbox in CTA pairs (its half of the P tile and 4 KB of ss.pair), or none.
-struct NoDqMailbox {  // (never called: the dQ path of CTA pairs is not taken alone)
-  __device__ void send(const float4 (&)[4]) {}
-  __device__ void receive(float4 (&)[4], bool) {}
-  __device__ void release() const {}
-};
 template <class Config, class Storage>
 __device__ __forceinline__ auto dq_mailbox(Storage& ss, int warpgroup, int wg_thread) {
   if constexpr (Config::kCtaPairs) {
