@@ -161,9 +161,10 @@ inline std::vector<unsigned char> download_bytes(
 // CTAs, which need two free SMs in one GPC; 16 free SMs in an H100's 8 GPCs put two in one.)
 inline void expect_backward_bit_identical_on_fewer_sms(check::DeviceBuffers& buf, const BackwardArgs& bwd,
                                                        const std::string& what) {
+  const check::DeviceBuffers::Tensor* grads[] = {&buf.dq, &buf.dk, &buf.dv};
   std::vector<std::vector<unsigned char>> outs;
   for (int run = 0; run < 3; ++run) {
-    for (const auto* t : {&buf.dq, &buf.dk, &buf.dv})
+    for (const auto* t : grads)
       ASSERT_EQ(cudaMemset(t->data, 0xFF, t->alloc_elems * size_of(t->view.dtype)), cudaSuccess);
     check::SmOccupier occupier;
     if (run == 1) ASSERT_TRUE(occupier.occupy(/*free_sms=*/16).ok());
@@ -174,8 +175,36 @@ inline void expect_backward_bit_identical_on_fewer_sms(check::DeviceBuffers& buf
     ASSERT_TRUE(occupier.release().ok());
     outs.push_back(download_bytes({&buf.dq, &buf.dk, &buf.dv}));
   }
-  EXPECT_TRUE(outs[0] == outs[1]) << what << ": the run on 16 SMs differs";
-  EXPECT_TRUE(outs[0] == outs[2]) << what << ": two full-GPU runs differ";
+  // Which gradient differs, in how many elements, and its first differing element as
+  // (batch, row, head, column) of its packed (batch, seqlen, heads, d) layout.
+  auto differences = [&](const std::vector<unsigned char>& a, const std::vector<unsigned char>& b) {
+    std::string out;
+    size_t offset = 0;
+    const char* names[] = {"dq", "dk", "dv"};
+    for (int g = 0; g < 3; ++g) {
+      const size_t elem = size_of(grads[g]->view.dtype), bytes = grads[g]->alloc_elems * elem;
+      int64_t count = 0, first = -1;
+      for (size_t e = 0; e < bytes / elem; ++e)
+        if (std::memcmp(a.data() + offset + e * elem, b.data() + offset + e * elem, elem) != 0) {
+          if (first < 0) first = static_cast<int64_t>(e);
+          ++count;
+        }
+      if (count > 0) {
+        const TensorView& v = grads[g]->view;
+        out += std::string(" ") + names[g] + ": " + std::to_string(count) + " elements, the first at element " +
+               std::to_string(first);
+        if (v.rank == 4)
+          out += " (" + std::to_string(first / v.stride[0]) + ", " + std::to_string(first % v.stride[0] / v.stride[1]) +
+                 ", " + std::to_string(first % v.stride[1] / v.stride[2]) + ", " + std::to_string(first % v.stride[2]) +
+                 ")";
+        out += ";";
+      }
+      offset += bytes;
+    }
+    return out;
+  };
+  EXPECT_TRUE(outs[0] == outs[1]) << what << ": the run on 16 SMs differs:" << differences(outs[0], outs[1]);
+  EXPECT_TRUE(outs[0] == outs[2]) << what << ": two full-GPU runs differ:" << differences(outs[0], outs[2]);
 }
 
 // x rounded to nearest (even) in dtype (bf16 or fp16), as its bits.
