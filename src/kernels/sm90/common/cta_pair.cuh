@@ -120,14 +120,24 @@ struct PairMailbox {
                    : "r"(addr)
                    : "memory");
     }
+    // The loads complete before the release that lets the partner write the next message over
+    // them: a store that needs all four loaded values (to this thread's own slot, which that
+    // message overwrites anyway) waits for them, and the release's arrive may not pass a store.
+    // Without it a load still queued in a busy shared-memory pipe when the arrive went out could
+    // read the next message (bits of dQ in a few rows differed between runs at d = 256, where the
+    // partner sends its next message as soon as it may: WORKLOG "bwd_sm90", session 40).
+    const uint32_t all_loaded = __float_as_uint(piece[0].x) ^ __float_as_uint(piece[1].x) ^
+                                __float_as_uint(piece[2].x) ^ __float_as_uint(piece[3].x);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(all_loaded) : "memory");
     if (leader)
       asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full_at), "r"(kMessageBytes)
                    : "memory");
   }
 
-  // This CTA's mailbox may take the partner's next message: its reads (and whatever else used the
-  // regions, e.g. a GEMM that read them, completed) are done. Every thread of the warpgroup, after
-  // its own last use; one arrive per warp (a release) on the partner's `free`.
+  // This CTA's mailbox may take the partner's next message: its reads (receive()'s, complete, and
+  // whatever else used the regions, e.g. a GEMM that read them, completed) are done. Every thread
+  // of the warpgroup, after its own last use; one arrive per warp (a release) on the partner's
+  // `free`.
   __device__ void release() const {
     __syncwarp();
     if (threadIdx.x % 32 == 0)
