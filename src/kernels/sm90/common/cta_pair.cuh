@@ -15,7 +15,9 @@
 // Ordering: the waits and the remote arrive take the mbarrier's default (CTA-scoped) semantics,
 // as CUTLASS's cluster pipelines do for barriers that other CTAs' copies complete and arrive on;
 // the cluster-scoped acquire / release forms cost the d = 256 backward ~20% more (measured,
-// WORKLOG "bwd_sm90", session 39), a fence per message.
+// WORKLOG "bwd_sm90", session 39), a fence per message. What the CTA-scoped release does not
+// order for the partner, the loads of a message before the partner overwrites it, a data
+// dependence does (release()).
 // Lifetime: the partner must not signal or write this CTA before its barriers exist, nor after it
 // has exited. cluster_sync_all() after init() (every thread of both CTAs) covers the first; the
 // second holds where every message sent is received and every release() is waited for by the
@@ -57,6 +59,7 @@ struct PairMailbox {
   uint32_t full_at, free_at;  // this CTA's barriers
   uint32_t partner_rank;
   uint32_t sent = 0, received = 0;  // messages so far: the phases to wait for
+  uint32_t loaded = 0;              // receive()'s vote over the last message's values
 
   // region_a / region_b: this warpgroup's two 4 KB regions; full_bar / free_bar its barriers
   // (init()); wg_thread: 0 .. 127.
@@ -120,29 +123,31 @@ struct PairMailbox {
                    : "r"(addr)
                    : "memory");
     }
-    // The loads complete before the release that lets the partner write the next message over
-    // them: a store that needs all four loaded values (to this thread's own slot, which that
-    // message overwrites anyway) waits for them, and the release's arrive may not pass a store.
-    // Without it a load still queued in a busy shared-memory pipe when the arrive went out could
-    // read the next message (bits of dQ in a few rows differed between runs at d = 256, where the
-    // partner sends its next message as soon as it may: WORKLOG "bwd_sm90", session 40).
-    const uint32_t all_loaded = __float_as_uint(piece[0].x) ^ __float_as_uint(piece[1].x) ^
-                                __float_as_uint(piece[2].x) ^ __float_as_uint(piece[3].x);
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(all_loaded) : "memory");
+    // A value that needs every lane's four loaded pieces (a vote over them), for release().
+    loaded = __ballot_sync(0xffffffffu, (__float_as_uint(piece[0].x) ^ __float_as_uint(piece[1].x) ^
+                                         __float_as_uint(piece[2].x) ^ __float_as_uint(piece[3].x)) != 0u);
     if (leader)
       asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full_at), "r"(kMessageBytes)
                    : "memory");
   }
 
-  // This CTA's mailbox may take the partner's next message: its reads (receive()'s, complete, and
-  // whatever else used the regions, e.g. a GEMM that read them, completed) are done. Every thread
-  // of the warpgroup, after its own last use; one arrive per warp (a release) on the partner's
-  // `free`.
+  // This CTA's mailbox may take the partner's next message: its reads (and whatever else used the
+  // regions, e.g. a GEMM that read them, completed) are done. Every thread of the warpgroup, after
+  // its own last use; one arrive per warp on the partner's `free`.
+  // The partner writes the regions next, so the warp's loads of the last message must have
+  // returned their values before the arrive leaves: the arrive's address takes a zero computed
+  // from `loaded` (every lane's loaded values, receive()) and from the partner's rank (0 or 1,
+  // which the compiler cannot know, so it cannot fold the zero away), so that it issues only once
+  // the loads have completed. The mbarrier's default release is CTA-scoped and does not order
+  // them for the partner: a load still queued in a busy shared-memory pipe read the partner's next
+  // message, and d = 256's deterministic dQ differed between runs in a few rows (WORKLOG
+  // "bwd_sm90", session 40). A cluster-scoped release costs a MEMBAR.GPU per release.
   __device__ void release() const {
     __syncwarp();
+    const uint32_t zero = loaded & (partner_rank >> 1);
     if (threadIdx.x % 32 == 0)
       asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(
-                       partner_address(free_at, partner_rank))
+                       partner_address(free_at, partner_rank) + zero)
                    : "memory");
   }
 };
