@@ -24,7 +24,7 @@ HEADLINES = [
     ("forward, bf16 (auto)", "2026-11-27-h100-peers-auto-323fa72.json", "auto", ["cudnn"], "fwd"),
     ("forward, bf16 (auto)", "2026-11-27-h100-peers-auto-323fa72.json", "auto", ["fa3"], "fwd"),
     ("backward, bf16 (bwd_sm90)", "2026-11-27-h100-peers-bwd-sm90-95be734.json", "bwd_sm90", ["cudnn"], "bwd"),
-    ("backward, deterministic (auto)", "2026-11-27-h100-peers-bwd-deterministic-b0cdeb7.json",
+    ("backward, deterministic (auto)", "2026-11-27-h100-peers-bwd-deterministic-a7cd461.json",
      "auto_deterministic", ["cudnn"], "bwd"),
     ("training step (fwd + bwd)", "2026-11-27-h100-peers-step-95be734.json", "hfa", ["cudnn"], "step"),
     ("forward, variable-length batches (k6)", "2026-11-26-h100-varlen-peers-ce5400e.json", "k6", ["fa3"], "fwd_varlen"),

@@ -53,7 +53,9 @@ BackwardKernelEntry bwd_sm90_backward_entry() {
       "producer warp streaming Q/dO/LSE/D through an mbarrier ring, two consumer warpgroups "
       "with dK/dV in registers; d <= 128: 128-key blocks, S^T/dP^T with the keys as M so that "
       "dV += P^T dO and dK += dS^T Q take P^T and dS^T from registers, dQ = dS K added in fp32 "
-      "by TMA reductions (deterministic mode: in 64-bit fixed point); d = 256: 64-key blocks "
+      "by TMA reductions (deterministic mode: in 64-bit fixed point, at d = 128 by clusters of "
+      "two CTAs on adjacent KV blocks, each adding half of the columns summed with its "
+      "partner's on chip); d = 256: 64-key blocks "
       "split between the warpgroups, dK^T/dV^T in registers, P and dS through shared memory, dQ "
       "staged in the consumed Q/dO stage and added by TMA reductions (deterministic mode: in "
       "64-bit fixed point, by clusters of two CTAs on adjacent KV blocks, each adding half of "
@@ -66,20 +68,19 @@ BackwardKernelEntry bwd_sm90_backward_entry() {
   e.variants = {/*window=*/true, /*softcap=*/true, /*sinks=*/true, /*varlen=*/true};
   e.auto_priority = 20;
   // The deterministic mode: bwd_sm90 sums dQ in 64-bit fixed point (no waiting, twice the
-  // reduction bytes and three memory-bound passes around the kernel; at d = 256 in CTA pairs,
-  // which halve them) or, for short sequences of many heads, in launch order (bwd_sm90_launch.h);
-  // fa2 in turn order. Measured next to each other on the H100
-  // (docs/results/2026-11-27-h100-peers-bwd-deterministic-8fbc674.json for d <= 128, and
-  // ...-b0cdeb7.json since d = 256 runs in CTA pairs): bwd_sm90 faster without the mask from 1k
-  // keys (d <= 128 +12 to +69%, d = 256 +24 to +43%), at d = 256 also at 512 keys (+6%) and, in
-  // launch order, at d = 64's 512 keys (+8%); under the causal mask from 2k keys (+3 to +65%); fa2
-  // faster at 512 keys otherwise (+5%) and under the mask at 512 and 1k keys (+4 to +32%).
-  // "auto" ranks bwd_sm90 below fa2 (10) where fa2 was faster.
+  // reduction bytes and three memory-bound passes around the kernel; at d = 128 and 256 in CTA
+  // pairs, which halve them) or, for short sequences of many heads, in launch order
+  // (bwd_sm90_launch.h); fa2 in turn order. Measured next to each other on the H100
+  // (docs/results/2026-11-27-h100-peers-bwd-deterministic-a7cd461.json, the run after d = 128's
+  // pairs): bwd_sm90 faster without the mask from 1k keys (+12 to +75%), at d = 128 and 256 also
+  // at 512 keys (+9%, +6%) and, in launch order, at d = 64's 512 keys (+7%); under the causal mask
+  // from 2k keys (+3 to +68%) and at d = 128 from 1k (+4%); fa2 faster under the mask at 512 and
+  // 1k keys otherwise (+4 to +30%). "auto" ranks bwd_sm90 below fa2 (5) where fa2 was faster.
   e.auto_priority_for = [](const BwdProblem& p) {
     if (!p.deterministic) return 20;
     const FwdProblem& f = p.fwd;
     if (bwd_sm90::dq_in_launch_order(f) && !f.causal) return 20;
-    const int from = f.causal ? 2048 : f.head_dim > 128 ? 0 : 1024;
+    const int from = f.causal ? (f.head_dim == 128 ? 1024 : 2048) : f.head_dim >= 128 ? 0 : 1024;
     return f.seqlen_k >= from ? 20 : 5;
   };
   e.check = check;
