@@ -12,9 +12,10 @@
 // kCtaPairs: the CTAs run as clusters of two on adjacent KV blocks (j even, j + 1), ranks 0 and 1
 // of the cluster, and both walk the Q blocks of the pair's 2 * kBlockN keys (the union of what
 // each would visit: a block one of them does not see is masked whole, P = 0), so that they can sum
-// their dQ blocks on chip (the deterministic mode of both arrangements). The grid's KV-block axis is even: a pair's
-// second CTA past the keys (an odd block count) walks with its partner, every key masked, and
-// writes nothing; a pair wholly past a sequence's keys leaves.
+// their dQ blocks on chip (the deterministic mode at d = 128 and 256: bwd_sm90_launch.h,
+// cta_pairs). The grid's KV-block axis is even: a pair's second CTA past the keys (an odd block
+// count) walks with its partner, every key masked, and writes nothing; a pair wholly past a
+// sequence's keys leaves.
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>

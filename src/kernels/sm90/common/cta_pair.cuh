@@ -139,9 +139,10 @@ struct PairMailbox {
   // from `loaded` (every lane's loaded values, receive()) and from the partner's rank (0 or 1,
   // which the compiler cannot know, so it cannot fold the zero away), so that it issues only once
   // the loads have completed. The mbarrier's default release is CTA-scoped and does not order
-  // them for the partner: a load still queued in a busy shared-memory pipe read the partner's next
-  // message, and d = 256's deterministic dQ differed between runs in a few rows (WORKLOG
-  // "bwd_sm90", session 40). A cluster-scoped release costs a MEMBAR.GPU per release.
+  // them for the partner: a load still queued in a busy shared-memory pipe could read the
+  // partner's next message, the likely cause of d = 256's deterministic dQ differing between runs
+  // in a few rows (WORKLOG "bwd_sm90", session 40; this fix not yet run on the GPU). A
+  // cluster-scoped release costs a MEMBAR.GPU per release.
   __device__ void release() const {
     __syncwarp();
     const uint32_t zero = loaded & (partner_rank >> 1);
