@@ -317,6 +317,45 @@ __device__ __forceinline__ void stage_dq_pair(uint32_t addr, const RowCol& dq_rc
   }
 }
 
+// A CTA pair's exchange of 64 dQ columns (a d = 128 warpgroup's, a d = 256 slice; both
+// arrangements' fragments are 64 x 64 over a warpgroup: a thread holds two rows of 8 column pairs,
+// dq_rc (2, 16)): fragment columns c and c + 8 of a row are 32 columns apart (8-column groups c / 2
+// and c / 2 + 4), the first half rank 0's to keep, the second rank 1's. The partner's half goes
+// to the mailbox (16 values: the same thread of the partner's warpgroup holds the same
+// coordinates), this CTA's into `kept`.
+using DqKept = float[2][8];
+template <class RowCol, class Mailbox>
+__device__ __forceinline__ void mail_and_keep_dq(const RowCol& dq_rc, int rank, Mailbox& mailbox, DqKept& kept) {
+  static_assert(cute::size<0>(RowCol{}) == 2 && cute::size<1>(RowCol{}) == 16,
+                "a thread holds two rows of 8 column pairs of 64 dQ columns");
+  float4 mail[4];
+  CUTE_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    const int r = k / 2, c = 4 * (k % 2);
+    auto sent = [&](int j) { return rank == 0 ? dq_rc(r, c + j + 8) : dq_rc(r, c + j); };
+    mail[k] = make_float4(sent(0), sent(1), sent(2), sent(3));
+  }
+  mailbox.send(mail);
+  CUTE_UNROLL
+  for (int r = 0; r < 2; ++r)
+    CUTE_UNROLL
+    for (int c = 0; c < 8; ++c) kept[r][c] = rank == 0 ? dq_rc(r, c) : dq_rc(r, c + 8);
+}
+// The partner's half added to `kept` (one fp32 addition of two partial sums: the same bits in
+// either order); the mailbox released after the read when `release` (PairMailbox: not after the
+// last message). leader: the warpgroup's thread 0.
+template <class Mailbox>
+__device__ __forceinline__ void receive_and_add_dq(Mailbox& mailbox, bool leader, bool release, DqKept& kept) {
+  float4 mail[4];
+  mailbox.receive(mail, leader);
+  if (release) mailbox.release();
+  CUTE_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    float* row = kept[k / 2] + 4 * (k % 2);
+    row[0] += mail[k].x, row[1] += mail[k].y, row[2] += mail[k].z, row[3] += mail[k].w;
+  }
+}
+
 // After the walk: rows of dK and dV the sequence spans but does not use (past seqused_k, when
 // the block holds its last used key) are zeroed; `used`: the block's used keys, p.seqlen_k - k0.
 template <int D, bool kVarlen, int BlockN, class G>

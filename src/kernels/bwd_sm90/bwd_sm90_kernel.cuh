@@ -349,35 +349,13 @@ __device__ __forceinline__ void keys_as_m_consumers(const typename Config::Param
   auto dq_exchange = [&](QBlock qb, int i, DqFragment& tdQ) {
     sm90::fence_after_wait(tdQ);
     cutlass::arch::ClusterBarrier::arrive(&ss.ds_free[i % 2]);
-    Tensor dq_rc = sm90::as_rowcol(tdQ);
-    // Fragment columns c and c + 8 of a row are 32 columns apart (8-column groups c / 2 and
-    // c / 2 + 4): the first half is rank 0's to keep, the second rank 1's.
-    static_assert(!Config::kCtaPairs || (size<0>(decltype(dq_rc){}) == 2 && size<1>(decltype(dq_rc){}) == 16),
-                  "a thread holds two rows of 8 column pairs of a warpgroup's dQ");
-    float4 mail[4];
-    CUTE_UNROLL
-    for (int k = 0; k < 4; ++k) {
-      const int r = k / 2, c = 4 * (k % 2);
-      auto sent = [&](int j) { return rank == 0 ? dq_rc(r, c + j + 8) : dq_rc(r, c + j); };
-      mail[k] = make_float4(sent(0), sent(1), sent(2), sent(3));
-    }
-    mailbox.send(mail);
-    float kept[2][8];
-    CUTE_UNROLL
-    for (int r = 0; r < 2; ++r)
-      CUTE_UNROLL
-      for (int c = 0; c < 8; ++c) kept[r][c] = rank == 0 ? dq_rc(r, c) : dq_rc(r, c + 8);
+    DqKept kept;
+    if constexpr (Config::kCtaPairs) mail_and_keep_dq(sm90::as_rowcol(tdQ), rank, mailbox, kept);
     float row_scale[2];
     const float* scales = bp.dq_scale + workspace_rows(bp, b, qb.h, at.q, kVarlen).stats + qb.q0;
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) row_scale[r] = scales[dq_row0 + 8 * r];
-    mailbox.receive(mail, mma_thread % 128 == 0);
-    if (i + 1 < blocks.n_iters) mailbox.release();
-    CUTE_UNROLL
-    for (int k = 0; k < 4; ++k) {
-      float* row = kept[k / 2] + 4 * (k % 2);
-      row[0] += mail[k].x, row[1] += mail[k].y, row[2] += mail[k].z, row[3] += mail[k].w;
-    }
+    receive_and_add_dq(mailbox, mma_thread % 128 == 0, /*release=*/i + 1 < blocks.n_iters, kept);
     if (i > 0) NamedBarrier::sync(kDqBarrierThreads, kDqFreeBarrier + warpgroup);
     constexpr int kSwapCols = 2 * DqStaging::kOddRowGroupSwap;
     static_assert(!Config::kCtaPairs || 8 % (2 * kSwapCols) == 0, "the partner group lies in the kept columns");

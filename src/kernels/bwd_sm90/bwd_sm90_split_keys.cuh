@@ -297,38 +297,15 @@ __device__ __forceinline__ void split_keys_consumers(const typename Config::Para
   // and the P stores, none since). The lambdas are generic: instantiated in CTA pairs only.
   const int rank = Config::kCtaPairs ? static_cast<int>(sm90::cluster_cta_rank()) : 0;
   auto mailbox = dq_mailbox<Config>(ss, warpgroup, wg_thread);
-  using Kept = float[2][8];  // a slice's kept columns: the thread's two rows, four column pairs
+  using Kept = DqKept;  // a slice's kept columns: the thread's two rows, four column pairs
   // The partner's half of a slice to its mailbox; this CTA's half into `kept`.
   auto mail_and_keep = [&](const auto& tdQ, Kept& kept) {
-    Tensor dq_rc = sm90::as_rowcol(tdQ);
-    // Fragment columns c and c + 8 of a row are 32 columns apart (8-column groups c / 2 and
-    // c / 2 + 4): the first half is rank 0's to keep, the second rank 1's.
-    static_assert(size<0>(decltype(dq_rc){}) == 2 && size<1>(decltype(dq_rc){}) == 16,
-                  "a thread holds two rows of 8 column pairs of a dQ slice");
-    float4 mail[4];
-    CUTE_UNROLL
-    for (int k = 0; k < 4; ++k) {
-      const int r = k / 2, c = 4 * (k % 2);
-      auto sent = [&](int j) { return rank == 0 ? dq_rc(r, c + j + 8) : dq_rc(r, c + j); };
-      mail[k] = make_float4(sent(0), sent(1), sent(2), sent(3));
-    }
-    mailbox.send(mail);
-    CUTE_UNROLL
-    for (int r = 0; r < 2; ++r)
-      CUTE_UNROLL
-      for (int c = 0; c < 8; ++c) kept[r][c] = rank == 0 ? dq_rc(r, c) : dq_rc(r, c + 8);
+    mail_and_keep_dq(sm90::as_rowcol(tdQ), rank, mailbox, kept);
   };
   // The partner's half of a slice added to `kept`, and the sums staged: both slices' kept
   // columns side by side, the row's 2^e_i times dQ (the pre-pass's) in int64.
   auto receive_and_stage = [&](Kept& kept, int slice, uint32_t stage_addr, const float (&row_scale)[2]) {
-    float4 mail[4];
-    mailbox.receive(mail, wg_thread == 0);
-    if (slice == 0) mailbox.release();
-    CUTE_UNROLL
-    for (int k = 0; k < 4; ++k) {
-      float* row = kept[k / 2] + 4 * (k % 2);
-      row[0] += mail[k].x, row[1] += mail[k].y, row[2] += mail[k].z, row[3] += mail[k].w;
-    }
+    receive_and_add_dq(mailbox, wg_thread == 0, /*release=*/slice == 0, kept);
     constexpr int kSwapCols = 2 * DqStaging::kOddRowGroupSwap;
     static_assert(8 % (2 * kSwapCols) == 0, "the partner group lies in the kept columns");
     auto kept_rc = [&](int r, int c) { return kept[r][c]; };
