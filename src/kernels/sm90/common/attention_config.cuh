@@ -282,7 +282,8 @@ void set_tile_plan(P&, int*, long) {}
 
 // tile_plan (Params::tile_plan, if the kernel takes one): a variable-length batch's tile order, or
 // a dense problem's tile counter (DynamicTileScheduler). With one the tiles are taken dynamically,
-// in groups of l2_heads_per_group; without, in the static rounds' groups.
+// in groups of l2_heads_per_group (a dense problem: dynamic_order_group); without, in the static
+// rounds' groups.
 template <class Config, class Kernel>
 cudaError_t launch_persistent(Kernel kernel, int threads, int element_bytes, long long l2_group_bytes,
                               const FwdProblem& p, cudaStream_t stream,
@@ -298,9 +299,11 @@ cudaError_t launch_persistent(Kernel kernel, int threads, int element_bytes, lon
   // bound on the planned tiles; the CTAs past them find none.)
   const int grid = PersistentTileScheduler::grid_size(p, Config::kBlockM, sm_count);
   params.tile_group =
-      tile_plan != nullptr ? l2_heads_per_group(p, element_bytes, l2_group_bytes)
-                 : PersistentTileScheduler::group_size(p, Config::kBlockM, element_bytes,
-                                                       l2_group_bytes, grid);
+      tile_plan == nullptr ? PersistentTileScheduler::group_size(p, Config::kBlockM, element_bytes,
+                                                                 l2_group_bytes, grid)
+      : p.varlen()         ? l2_heads_per_group(p, element_bytes, l2_group_bytes)
+                           : dynamic_order_group(p, Config::kBlockM, Config::kBlockN, grid,
+                                                 element_bytes, l2_group_bytes);
   return launch_attention<Config>(kernel, dim3(grid), threads, params, stream);
 }
 

@@ -151,6 +151,22 @@ struct DynamicTileScheduler : PersistentTileScheduler {
   }
 };
 
+// The group size for DynamicTileScheduler on a dense problem (tile_scheduler.cpp). Under the
+// causal mask: of the sizes L2 allows (whole GQA groups, up to l2_heads_per_group), the largest
+// whose walk ends within 0.5% of the most even one. A group's tiles are few next to the grid on long
+// rows at d = 256 (three heads at s = 8k: 192 tiles on 132 CTAs), and how the last group's tiles
+// fall on the CTAs then depends on the size: simulated (dynamic_order_imbalance), the busiest CTA
+// does 1.04x the mean work in groups of 3 and 1.004x in groups of 2 at d = 256, s = 8k, 2 x 8 heads,
+// 1.03x in groups of 6 and 1.001x in groups of 4 at s = 4k, 4 x 8 heads. Without the mask, with a
+// window, or when the walk is too long to simulate at launch: l2_heads_per_group. Remembered per
+// shape, so a launch pays the simulation once.
+int dynamic_order_group(const FwdProblem& p, int block_m, int block_n, int grid, int element_bytes,
+                        long long l2_bytes);
+// The busiest of `grid` CTAs' work over the mean when they take DynamicTileScheduler's walk in
+// groups of `group` pairs, each tile going to whichever CTA is free first; a tile costs the KV
+// tiles it visits plus one (its Q load, prologue and epilogue, about one KV tile's time).
+double dynamic_order_imbalance(const FwdProblem& p, int block_m, int block_n, int grid, int group);
+
 // A zeroed int in a stream-ordered workspace for launch(int* counter), freed on the stream after
 // it (DynamicTileScheduler's counter).
 template <class Launch>
