@@ -134,24 +134,47 @@ void expect_valid_dynamic_order(const FwdProblem& p, int group) {
   for (size_t r = 1; r < runs.size(); ++r) EXPECT_EQ(static_cast<int>(runs[r].size()), group);
 }
 
-// The busiest CTA's work over the mean, CTAs taking tiles when free: KV tiles of block_n keys
-// (the Q tiles have 128 rows), a causal square problem. group 0: l2_heads_per_group's.
-double dynamic_causal_imbalance(FwdProblem p, int block_n = 128, int group = 0) {
-  p.causal = true;
+// The busiest CTA's work over the mean, CTAs taking tiles when free, each tile costing the KV
+// tiles of block_n keys it visits plus one. The visits are counted key tile by key tile from the
+// masks' definition (problem.h), not from the kernels' ranges. Q tiles of 128 rows; p.causal or
+// p.local as given (dynamic_causal_imbalance: made causal). group 0: l2_heads_per_group's.
+double dynamic_imbalance(const FwdProblem& p, int block_n, int group) {
   const int grid = PersistentTileScheduler::grid_size(p, 128, 132);
   if (group == 0) group = hfa::sm90::l2_heads_per_group(p, 2, 24LL << 20);
   const DynamicTileScheduler s(nullptr, p, 128, group);
+  const int m_blocks = (p.seqlen_q + 127) / 128;
+  std::vector<int> cost(m_blocks, 1);
+  for (int m = 0; m < m_blocks; ++m) {
+    for (int k0 = 0; k0 < p.seqlen_k; k0 += block_n) {  // any row of the tile sees a key of it?
+      bool seen = false;
+      for (int i = m * 128; i < std::min(p.seqlen_q, m * 128 + 128) && !seen; ++i) {
+        long long lo = 0, hi = p.seqlen_k - 1;  // keys row i sees: [lo, hi]
+        if (p.local) {
+          lo = std::max(lo, static_cast<long long>(i) + p.causal_offset() - p.window_left);
+          hi = std::min(hi, static_cast<long long>(i) + p.causal_offset() + p.window_right);
+        } else if (p.causal) {
+          hi = std::min(hi, static_cast<long long>(i) + p.causal_offset());
+        }
+        seen = lo <= hi && lo < k0 + block_n && hi >= k0;
+      }
+      cost[m] += seen;
+    }
+  }
   std::vector<long long> work(grid, 0);
   long long total = 0;
   for (int idx = 0; idx < s.tiles(); ++idx) {
     auto free_first = std::min_element(work.begin(), work.end());
-    const int keys = (s.block_coord(idx).m_block + 1) * 128;  // a causal square Q tile's keys
-    const int cost = (keys + block_n - 1) / block_n + 1;       // its KV tiles, and its own costs
-    *free_first += cost;
-    total += cost;
+    const int c = cost[s.block_coord(idx).m_block];
+    *free_first += c;
+    total += c;
   }
   const long long mx = *std::max_element(work.begin(), work.end());
   return static_cast<double>(mx) / (static_cast<double>(total) / grid);
+}
+
+double dynamic_causal_imbalance(FwdProblem p, int block_n = 128, int group = 0) {
+  p.causal = true;
+  return dynamic_imbalance(p, block_n, group);
 }
 
 TEST(DynamicTileScheduler, EveryTileOnceInL2GroupsSmallerFirst) {
@@ -204,19 +227,40 @@ TEST(DynamicTileScheduler, GroupSizeEvensTheWalk) {
   const int g = dynamic_group(gqa, 128);
   EXPECT_EQ(g % 4, 0);
   EXPECT_LE(g, hfa::sm90::l2_heads_per_group(gqa, 2, 24LL << 20));
-  // Without the mask, or with a window: l2_heads_per_group's (1 without the mask).
+  // Without the mask: 1, each head's tiles together.
   FwdProblem plain = problem(2, 8, 8192);
   plain.head_dim = 256;
   EXPECT_EQ(hfa::sm90::dynamic_order_group(plain, 128, 80, 132, 2, 24LL << 20), 1);
-  FwdProblem window = d256_8k;
-  window.causal = true;
-  window.local = true;
-  EXPECT_EQ(hfa::sm90::dynamic_order_group(window, 128, 80, 132, 2, 24LL << 20),
-            hfa::sm90::l2_heads_per_group(window, 2, 24LL << 20));
-  // The library's simulation agrees with this file's on the shape it was made for.
+  // The library's simulation agrees with this file's.
   d256_8k.causal = true;
   EXPECT_NEAR(hfa::sm90::dynamic_order_imbalance(d256_8k, 128, 80, 132, 2),
               dynamic_causal_imbalance(d256_8k, 80, 2), 1e-9);
+}
+
+// Sliding windows: head by head (group 1) their first Q tiles, which see fewer keys, come last
+// in every head's run and leave the CTAs uneven; larger groups even them out.
+TEST(DynamicTileScheduler, GroupSizeEvensWindows) {
+  for (const int d : {128, 256}) {
+    FwdProblem p = problem(1, 2048 / d, 16384);
+    p.head_dim = d;
+    p.local = true;
+    p.window_left = 4096;  // the window of issue 22's target: (4096, 0)
+    const int block_n = d == 256 ? 80 : 128;
+    EXPECT_GT(dynamic_imbalance(p, block_n, 1), 1.02) << "d " << d;
+    const int g = hfa::sm90::dynamic_order_group(p, 128, block_n, 132, 2, 24LL << 20);
+    EXPECT_GT(g, 1) << "d " << d;
+    EXPECT_LT(dynamic_imbalance(p, block_n, g), 1.015) << "d " << d << " group " << g;
+    EXPECT_NEAR(hfa::sm90::dynamic_order_imbalance(p, 128, block_n, 132, g), dynamic_imbalance(p, block_n, g),
+                1e-9);
+  }
+  // A window on both sides over sq != sk (bottom-right aligned): the two simulations agree.
+  FwdProblem both = problem(2, 8, 3000);
+  both.seqlen_k = 5000;
+  both.local = true;
+  both.window_left = 700;
+  both.window_right = 300;
+  for (const int g : {1, 3, 8})
+    EXPECT_NEAR(hfa::sm90::dynamic_order_imbalance(both, 128, 128, 132, g), dynamic_imbalance(both, 128, g), 1e-9);
 }
 
 TEST(PersistentTileScheduler, GroupSize) {

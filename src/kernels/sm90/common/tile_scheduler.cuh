@@ -151,15 +151,16 @@ struct DynamicTileScheduler : PersistentTileScheduler {
   }
 };
 
-// The group size for DynamicTileScheduler on a dense problem (tile_scheduler.cpp). Under the
-// causal mask: of the sizes L2 allows (whole GQA groups, up to l2_heads_per_group), the largest
-// whose walk ends within 0.5% of the most even one. A group's tiles are few next to the grid on long
-// rows at d = 256 (three heads at s = 8k: 192 tiles on 132 CTAs), and how the last group's tiles
-// fall on the CTAs then depends on the size: simulated (dynamic_order_imbalance), the busiest CTA
-// does 1.04x the mean work in groups of 3 and 1.004x in groups of 2 at d = 256, s = 8k, 2 x 8 heads,
-// 1.03x in groups of 6 and 1.001x in groups of 4 at s = 4k, 4 x 8 heads. Without the mask, with a
-// window, or when the walk is too long to simulate at launch: l2_heads_per_group. Remembered per
-// shape, so a launch pays the simulation once.
+// The group size for DynamicTileScheduler on a dense problem (tile_scheduler.cu). Under the
+// causal mask or a sliding window: of the sizes L2 allows (whole GQA groups), the largest whose
+// walk ends within 0.5% of the most even one. How the last group's tiles fall on the CTAs depends
+// on the size when a group has few tiles next to the grid, or when its tiles differ in length:
+// simulated (dynamic_order_imbalance), the busiest CTA does 1.04x the mean work in L2's groups of
+// 3 and 1.004x in groups of 2 at d = 256, causal, s = 8k, 2 x 8 heads; 1.03x (groups of 6) and
+// 1.001x (4) at s = 4k, 4 x 8 heads; with a window of 4096 at 16k, head by head (what windows took
+// before) 1.025x at d = 128 and 1.044x at d = 256, in groups of 8 1.001x and 1.007x. Without a
+// mask: 1 (equal tiles; each head's together). Remembered per shape, so a launch simulates once;
+// past 2^20 simulated tiles, L2's size.
 int dynamic_order_group(const FwdProblem& p, int block_m, int block_n, int grid, int element_bytes,
                         long long l2_bytes);
 // The busiest of `grid` CTAs' work over the mean when they take DynamicTileScheduler's walk in
