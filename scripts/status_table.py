@@ -21,8 +21,8 @@ BEGIN, END = "<!-- status-table:begin -->", "<!-- status-table:end -->"
 
 # (what, file in docs/results, hfa impl, peers (best of, per configuration), row kind)
 HEADLINES = [
-    ("forward, bf16 (auto)", "2026-11-27-h100-peers-auto-323fa72.json", "auto", ["cudnn"], "fwd"),
-    ("forward, bf16 (auto)", "2026-11-27-h100-peers-auto-323fa72.json", "auto", ["fa3"], "fwd"),
+    ("forward, bf16 (auto)", "2026-11-27-h100-peers-auto-f311dc6.json", "auto", ["cudnn"], "fwd"),
+    ("forward, bf16 (auto)", "2026-11-27-h100-peers-auto-f311dc6.json", "auto", ["fa3"], "fwd"),
     ("backward, bf16 (bwd_sm90)", "2026-11-27-h100-peers-bwd-sm90-95be734.json", "bwd_sm90", ["cudnn"], "bwd"),
     ("backward, deterministic (auto)", "2026-11-27-h100-peers-bwd-deterministic-a7cd461.json",
      "auto_deterministic", ["cudnn"], "bwd"),
