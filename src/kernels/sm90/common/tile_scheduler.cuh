@@ -160,7 +160,7 @@ struct DynamicTileScheduler : PersistentTileScheduler {
 // 1.001x (4) at s = 4k, 4 x 8 heads; with a window of 4096 at 16k, head by head (what windows took
 // before) 1.025x at d = 128 and 1.044x at d = 256, in groups of 8 1.001x and 1.007x. Without a
 // mask: 1 (equal tiles; each head's together). Remembered per shape, so a launch simulates once;
-// past 2^20 simulated tiles, L2's size.
+// past 2^17 simulated tiles (~5 ms of host time), L2's size.
 int dynamic_order_group(const FwdProblem& p, int block_m, int block_n, int grid, int element_bytes,
                         long long l2_bytes);
 // The busiest of `grid` CTAs' work over the mean when they take DynamicTileScheduler's walk in
