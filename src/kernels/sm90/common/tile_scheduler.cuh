@@ -1,7 +1,8 @@
 // Tile schedulers: which (Q tile, head, batch) a CTA computes. SingleTileScheduler: one CTA per
 // tile (K3-K5). PersistentTileScheduler: one CTA per SM that walks many tiles in static rounds
 // (K6, K7). DynamicTileScheduler: the same order taken from a counter, in L2-sized head groups
-// (K6 and K7 on long causal rows). Variable-length batches: varlen_scheduler.cuh.
+// whose size a host simulation of the walk picks (dynamic_order_group, tile_scheduler.cu; K6 and K7
+// on long causal rows and sliding windows). Variable-length batches: varlen_scheduler.cuh.
 #pragma once
 
 #include <cuda_runtime.h>
