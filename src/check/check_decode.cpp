@@ -86,10 +86,10 @@ Status DecodeBuffers::allocate(const DecodeConfig& c, uint64_t seed) {
     num_pages = c.batch * pages_per_seq + 3;  // spare pages that no sequence uses
     HFA_RETURN_IF_ERROR(alloc(&k_cache, ct, {num_pages, c.page_size, c.heads_kv, c.head_dim}));
     HFA_RETURN_IF_ERROR(alloc(&v_cache, ct, {num_pages, c.page_size, c.heads_kv, c.head_dim}));
-    // (batch, pages_per_seq) with a padded row stride, from a shuffled list of the pages.
+    // (batch, pages_per_seq) with a padded row stride, from a shuffled list of the pages (or in order).
     std::vector<int> pages(num_pages), table(static_cast<size_t>(c.batch) * (pages_per_seq + 1), -1);
     for (int i = 0; i < num_pages; ++i) pages[i] = i;
-    std::shuffle(pages.begin(), pages.end(), rng);
+    if (c.shuffled_pages) std::shuffle(pages.begin(), pages.end(), rng);
     for (int b = 0; b < c.batch; ++b)
       for (int i = 0; i < pages_per_seq; ++i) table[b * (pages_per_seq + 1) + i] = pages[b * pages_per_seq + i];
     HFA_RETURN_IF_ERROR(alloc(&page_table, DType::kI32, {c.batch, pages_per_seq + 1}));

@@ -23,6 +23,9 @@ struct DecodeConfig {
   int batch = 1, seqlen_q = 1, heads_q = 32, heads_kv = 8, head_dim = 128;
   int capacity = 1024;  // keys per sequence's cache
   int page_size = 0;    // 0: contiguous cache; else a paged one (capacity rounded up to pages)
+  // A paged cache's pages in a shuffled order (an engine's cache after a while); false: in order,
+  // sequence after sequence (a fresh one).
+  bool shuffled_pages = true;
   int seqlen_new = 0;   // k_new / v_new appended before attending
   bool causal = false;
   int num_splits = 0;   // 0: plan_decode's choice
@@ -42,7 +45,8 @@ struct DecodeConfig {
 };
 
 // Device tensors of one configuration. Caches and inputs are N(0, 1); a paged cache's pages are
-// shuffled (and there are spare pages that no sequence uses); out and lse poisoned (NaN).
+// shuffled unless DecodeConfig::shuffled_pages says otherwise (and there are spare pages that no
+// sequence uses); out and lse poisoned (NaN).
 class DecodeBuffers {
  public:
   DecodeBuffers() = default;

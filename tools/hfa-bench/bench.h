@@ -18,6 +18,7 @@ struct Options {
   uint64_t seed = 0;  // 0: a fresh seed per run (printed, so a failure can be replayed)
   bool backward = false;  // time (and check) the backward pass; TFLOPS = 2.5 x forward FLOPs
   int check_groups = 2;   // backward --check: random (batch, KV head) groups compared
+  bool pages_in_order = false;  // --decode --page-order in-order: paged caches' pages unshuffled
 };
 
 // One line of results, in the DESIGN.md JSON schema.

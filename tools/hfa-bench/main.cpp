@@ -179,7 +179,13 @@ int main(int argc, char** argv) {
   app.add_option("--num-splits", num_splits,
                  "--decode: split counts to run (DecodeArgs::num_splits), 0 = the heuristic's (default 0)")
       ->delimiter(',')->check(CLI::Range(0, 256));
+  std::string page_order = "shuffled";
+  app.add_option("--page-order", page_order,
+                 "--decode: a paged cache's pages shuffled (default; rows decode_paged*) or in-order, "
+                 "sequence after sequence (rows decode_paged*_pages_in_order)")
+      ->check(CLI::IsMember({"shuffled", "in-order"}));
   CLI11_PARSE(app, argc, argv);
+  opt.pages_in_order = page_order == "in-order";
 
   if (list) {
     print_kernel_list();
@@ -194,8 +200,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "hfa-bench: no CUDA GPU available (%s); only --list works without one\n", why.c_str());
     return 2;
   }
-  if (!decode && (app.count("--kv-dtype") || app.count("--page-size") || app.count("--num-splits"))) {
-    std::fprintf(stderr, "hfa-bench: --kv-dtype, --page-size and --num-splits are --decode options\n");
+  if (!decode && (app.count("--kv-dtype") || app.count("--page-size") || app.count("--num-splits") ||
+                  app.count("--page-order"))) {
+    std::fprintf(stderr, "hfa-bench: --kv-dtype, --page-size, --num-splits and --page-order are --decode options\n");
     return 2;
   }
   if (decode && (!window.empty() || softcap != 0.f || sinks || varlen_total)) {
