@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Summarize an A/B log of hfa-bench runs: new / old TFLOPS per configuration and geometric means.
+"""Summarize an A/B log of hfa-bench runs: new / old TFLOPS (decode: GB/s) per configuration and
+geometric means.
 
 The log (scripts/ab.sh writes it) holds blocks that start with a header line
 
   == round R old|new LABEL        (or "== old|new LABEL" for a single round)
 
-followed by hfa-bench's result lines (kernel dtype d causal sq sk batch hq hkv ms TFLOPS ...).
-Rows are keyed by (LABEL, kernel, dtype, d, causal, sq, sk, batch, hq, hkv); a configuration's
+followed by hfa-bench's result lines (kernel dtype d causal sq sk batch hq hkv ms TFLOPS ...; for
+--decode: kernel dtype d page "sq" N "sk" N "b" N "hq" N "hkv" N ms "ms" GB/s "GB/s" ...).
+Rows are keyed by (LABEL, kernel, dtype, d, causal or page, sq, sk, batch, hq, hkv); a configuration's
 value on each side is the median over its rounds; a configuration only one side has is listed
 apart, never compared.
 
@@ -39,13 +41,23 @@ def parse(lines):
         f = line.split()
         if side is None or len(f) <= TFLOPS_COLUMN:
             continue
+        decode = f[4] == "sq" and "GB/s" in f
         try:
-            tflops = float(f[TFLOPS_COLUMN])
+            # A decode row's words after the page size come in (name, value) pairs.
+            key = tuple(f[:4] + f[5:14:2]) if decode else tuple(f[:9])
+            value = float(f[f.index("GB/s") - 1]) if decode else float(f[TFLOPS_COLUMN])
             int(f[2])  # d: a result line, not prose
         except ValueError:
             continue
-        data[label][tuple(f[:9])][side].append(tflops)
+        data[label][key][side].append(value)
     return data
+
+
+def describe(key):
+    """A configuration's key in words (decode rows: page 0 is the contiguous cache)."""
+    if key[0].startswith("decode"):
+        return f"{key[0]} d={key[2]} page={key[3]} sq={key[4]} sk={key[5]} b={key[6]} heads={key[7]}/{key[8]}"
+    return f"{key[0]} d={key[2]} causal={key[3]} sq={key[4]} sk={key[5]}"
 
 
 def geomean(xs):
@@ -66,7 +78,7 @@ def summarize(data):
             r = new / old
             ratios.append(r)
             by_d[int(key[2])].append(r)
-            out.append(f"  {key[0]} d={key[2]} causal={key[3]} sq={key[4]} sk={key[5]}: "
+            out.append(f"  {describe(key)}: "
                        f"old {old:.1f} new {new:.1f}  {r:.3f}  (rounds {len(sides['old'])}/{len(sides['new'])})")
         per_d = {d: geomean(rs) for d, rs in sorted(by_d.items())}
         means[label] = (geomean(ratios), per_d)
@@ -98,6 +110,13 @@ bwd_sm90_deterministic bf16    64      0    512    512    32   32   32     0.5  
 == new deterministic
 bwd_sm90_deterministic bf16    64      0    512    512    32   32   32     0.5    75.00  -  0 0
 bwd_sm90_deterministic bf16    64      0   2048   2048     8   32   32     0.5    75.00  -  0 0
+== round 1 old dec
+[1/2] decode_paged_e4m3 bf16   128  64 sq  1 sk  16384 b   64 hq  32 hkv   8     0.8000 ms  2000.0 GB/s splits   3 host 11.9 us  -  0.00e+00
+decode_paged_e4m3 bf16   128  64 sq  1 sk  16384 b   64 hq  32 hkv   8     0.8000 ms  2000.0 GB/s splits   3 host 11.9 us  -  0.00e+00
+decode_e4m3       bf16   128   0 sq  1 sk  16384 b   64 hq  32 hkv   8     0.7000 ms  2800.0 GB/s splits   1 host 5.0 us  -  0.00e+00
+== round 1 new dec
+decode_paged_e4m3 bf16   128  64 sq  1 sk  16384 b   64 hq  32 hkv   8     0.7000 ms  2400.0 GB/s splits   1 host 11.9 us  -  0.00e+00
+decode_e4m3       bf16   128   0 sq  1 sk  16384 b   64 hq  32 hkv   8     0.7000 ms  2800.0 GB/s splits   1 host 5.0 us  -  0.00e+00
 """
     data = parse(log.splitlines())
     _, means = summarize(data)
@@ -109,6 +128,9 @@ bwd_sm90_deterministic bf16    64      0   2048   2048     8   32   32     0.5  
     # The deterministic block: one compared configuration (1.5x), one new-only configuration.
     assert abs(means["deterministic"][0] - 1.5) < 1e-12, means
     assert len(data["deterministic"]) == 2
+    # Decode rows compare GB/s, keyed with the page size: 2400 / 2000 and 2800 / 2800.
+    assert len(data["dec"]) == 2, data["dec"]
+    assert abs(means["dec"][0] - math.sqrt(1.2)) < 1e-12, means
     print("ab_summary.py: self-test passed")
 
 

@@ -275,6 +275,26 @@ TEST(DecodeValidation, SplitHeuristic) {
   const int fp8_slots = 132 * flash_decode::DecodeShape<128, true, true>::kCtasPerSm;
   static_assert(flash_decode::DecodeShape<128, true, true>::kCtasPerSm > flash_decode::DecodeShape<128>::kCtasPerSm);
   EXPECT_EQ(flash_decode::choose_num_splits(p, 132), fp8_slots / 8);
+  // Pages of 64 keys or more (half a 128-key tile) take the contiguous cache's 128-key tiles: its
+  // slots, and splits of at least its kMinTilesPerSplit tiles.
+  using Wide = flash_decode::DecodeShape<128, true, true, true>;
+  static_assert(Wide::kBlockN == 128 && Wide::kCtasPerSm == flash_decode::DecodeShape<128, true, false>::kCtasPerSm);
+  static_assert(Wide::kCtasPerSm < flash_decode::DecodeShape<128, true, true>::kCtasPerSm);
+  for (int log2_page : {4, 5, 6, 8}) {
+    p.page_size_log2 = log2_page;
+    EXPECT_EQ(flash_decode::large_pages<128>(p), log2_page >= 6) << "page " << (1 << log2_page);
+    EXPECT_EQ(flash_decode::choose_num_splits(p, 132),
+              132 * (log2_page >= 6 ? Wide::kCtasPerSm : flash_decode::DecodeShape<128, true, true>::kCtasPerSm) / 8)
+        << "page " << (1 << log2_page);
+  }
+  // A bf16 cache at d = 128 has 64-key tiles: pages of 32 keys are large.
+  p.cache_dtype = DType::kBF16, p.page_size_log2 = 5;
+  EXPECT_TRUE(flash_decode::large_pages<128>(p));
+  p.page_size_log2 = 4;
+  EXPECT_FALSE(flash_decode::large_pages<128>(p));
+  p.page_table = nullptr, p.page_size_log2 = 6;  // contiguous: no pages
+  EXPECT_FALSE(flash_decode::large_pages<128>(p));
+  p.page_size_log2 = 0;
   p.page_table = nullptr;
   p.cache_dtype = DType::kBF16, p.capacity = 16384;
   p.num_splits = 0, p.batch = 1, p.capacity = 8192;

@@ -17,10 +17,13 @@ template <typename T, int D> cudaError_t launch_head_dim(const DecodeProblem&, c
 
 namespace {
 
-// A field of the problem's shape (DecodeShape<D, e4m3 cache, paged>), read through `get`.
-template <int D, class Get> constexpr auto shape_field(const DecodeProblem& p, Get get) {
-  if (p.fp8_cache())
-    return p.paged() ? get(DecodeShape<D, true, true>{}) : get(DecodeShape<D, true, false>{});
+// A field of the problem's shape (DecodeShape<D, e4m3 cache, paged, large pages>), read through `get`.
+template <int D, class Get> auto shape_field(const DecodeProblem& p, Get get) {
+  if (p.fp8_cache()) {
+    if (!p.paged()) return get(DecodeShape<D, true, false>{});
+    return large_pages<D>(p) ? get(DecodeShape<D, true, true, true>{}) : get(DecodeShape<D, true, true>{});
+  }
+  // (The bf16/fp16 shapes are the same contiguous or paged.)
   return get(DecodeShape<D>{});
 }
 template <class Get> auto shape_field(const DecodeProblem& p, Get get) {
@@ -82,7 +85,8 @@ size_t workspace_bytes(const DecodeProblem& p) {
 size_t smem_bytes(int head_dim, bool fp8_cache) {
 #define HFA_DECODE_SMEM(D)                                                                       \
   if (head_dim == D)                                                                             \
-    return fp8_cache ? std::max(DecodeShape<D, true, false>::kSmemBytes, DecodeShape<D, true, true>::kSmemBytes) \
+    return fp8_cache ? std::max({DecodeShape<D, true, false>::kSmemBytes, DecodeShape<D, true, true>::kSmemBytes,  \
+                                 DecodeShape<D, true, true, true>::kSmemBytes})                                  \
                      : DecodeShape<D>::kSmemBytes;
   HFA_FOR_EACH_HEAD_DIM(HFA_DECODE_SMEM)
 #undef HFA_DECODE_SMEM

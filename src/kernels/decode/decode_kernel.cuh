@@ -85,14 +85,15 @@ __device__ __forceinline__ void convert_e4m3_keys(T* dst, const __nv_fp8_storage
 }
 
 
-// T: q's and out's dtype; Tc: the cache's (T, or __nv_fp8_storage_t for e4m3).
-template <typename T, typename Tc, int D, bool kPaged>
-__global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged>::kThreads,
-                                  DecodeShape<D, sizeof(Tc) == 1, kPaged>::kCtasPerSm)
+// T: q's and out's dtype; Tc: the cache's (T, or __nv_fp8_storage_t for e4m3). kLargePages:
+// DecodeShape's variant for pages of at least half a tile (large_pages).
+template <typename T, typename Tc, int D, bool kPaged, bool kLargePages = false>
+__global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLargePages>::kThreads,
+                                  DecodeShape<D, sizeof(Tc) == 1, kPaged, kLargePages>::kCtasPerSm)
     decode_split_kernel(DecodeProblem p) {
   constexpr bool kFp8 = sizeof(Tc) == 1;
   static_assert(kFp8 || std::is_same_v<T, Tc>, "a bf16/fp16 cache has q's dtype");
-  using Shape = DecodeShape<D, kFp8, kPaged>;
+  using Shape = DecodeShape<D, kFp8, kPaged, kLargePages>;
   constexpr int kBlockN = Shape::kBlockN, kRows = Shape::kRows, kStages = Shape::kStages;
   constexpr int kThreads = Shape::kThreads, kKeysPerWarp = Shape::kKeysPerWarp;
   constexpr int kOTiles = D / 8;
@@ -158,28 +159,32 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged>::kThre
   // the page table one iteration ahead, so that the table's latency is not in front of the
   // copies. Keys past the sequence are not looked up: their entries may hold anything (engines
   // leave unused entries at -1); they are zero-filled from the head's base address.
-  // Where a page holds whole tiles (page_size >= kBlockN, both powers of two), a tile's rows
-  // share one page: one lookup per tile (pages[0]) and the rows' addresses as in a contiguous
-  // cache, from the tile's first row. The per-row lookups and 64-bit products cost the e4m3
-  // kernel, whose conversion already fills the issue slots, 10-24% against the contiguous cache
-  // (hfa-bench --decode, shuffled pages and pages in order alike: not the pages' locality).
-  const bool tile_in_one_page = kPaged && (1 << p.page_size_log2) >= kBlockN;
+  // Where a page holds at least half a tile (kLargePages: page_size >= kBlockN / 2, both powers of
+  // two), a tile's rows lie in one page or in two (its halves): one lookup per page (pages[0], and
+  // pages[1] for the second half) and the rows' addresses as in a contiguous cache, from the
+  // first row in each page. Smaller pages: a lookup per row. (A pass's rows, r0 + i kRowsPerPass for r0 < kRowsPerPass, lie in one
+  // half.) The per-row lookups and 64-bit products cost the e4m3 kernel, whose conversion already
+  // fills the issue slots, 10-24% against the contiguous cache (hfa-bench --decode, shuffled pages
+  // and pages in order alike: not the pages' locality).
+  static_assert(kPasses % 2 == 0, "each pass lies in one half of the tile");
+  const int page_keys = 1 << p.page_size_log2;
+  // (Two kernels rather than a branch: each path's address arithmetic alone in the loop.)
+  constexpr bool tile_in_pages = kPaged && kLargePages;
+  const bool two_pages = page_keys < kBlockN;  // (with tile_in_pages: page_keys == kBlockN / 2)
   int pages[kPasses];
+  auto page_of = [&](int j) {
+    return j < n_keys ? p.page_table[b * p.page_table_batch_stride +
+                                     static_cast<int64_t>(j >> p.page_size_log2) * p.page_table_page_stride]
+                      : 0;
+  };
   auto fetch_pages = [&](int tile) {
     if constexpr (kPaged) {
-      if (tile_in_one_page) {
-        const int j = tile * kBlockN;
-        pages[0] = j < n_keys ? p.page_table[b * p.page_table_batch_stride +
-                                             static_cast<int64_t>(j >> p.page_size_log2) * p.page_table_page_stride]
-                              : 0;
-        return;
-      }
+      if constexpr (tile_in_pages) {
+        pages[0] = page_of(tile * kBlockN);
+        if (two_pages) pages[1] = page_of(tile * kBlockN + kBlockN / 2);
+      } else {
 #pragma unroll
-      for (int i = 0; i < kPasses; ++i) {
-        const int j = tile * kBlockN + r0 + i * kRowsPerPass;
-        pages[i] = j < n_keys ? p.page_table[b * p.page_table_batch_stride +
-                                             static_cast<int64_t>(j >> p.page_size_log2) * p.page_table_page_stride]
-                              : 0;
+        for (int i = 0; i < kPasses; ++i) pages[i] = page_of(tile * kBlockN + r0 + i * kRowsPerPass);
       }
     }
   };
@@ -189,12 +194,16 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged>::kThre
     else
       return cache_row * outer_stride + static_cast<int64_t>(j) * row_stride;
   };
-  // A tile that lies in one page: its first row's offset (the rows follow at row_stride).
-  auto tile_offset = [&](int tile, int64_t outer_stride, int64_t row_stride) -> int64_t {
-    if constexpr (kPaged)
-      return pages[0] * outer_stride + ((tile * kBlockN) & ((1 << p.page_size_log2) - 1)) * row_stride;
-    else
+  // A tile in pages (tile_in_pages): the offset of the first row of its half `half` (row
+  // half * kBlockN / 2), so that row half * kBlockN / 2 + r is at offset + r * row_stride. With two
+  // pages the tile starts a page and its second half starts the other.
+  auto half_offset = [&](int tile, int half, int64_t outer_stride, int64_t row_stride) -> int64_t {
+    if constexpr (kPaged) {
+      if (two_pages) return pages[half] * outer_stride;
+      return pages[0] * outer_stride + (((tile * kBlockN) & (page_keys - 1)) + half * (kBlockN / 2)) * row_stride;
+    } else {
       return 0;
+    }
   };
   // e4m3: the ring's shared-window address, opaque to the compiler. Left to fold the linear
   // offsets itself, ptxas 13.0 emitted the e4m3 loop's cp.async as LDGSTS [R + UR + imm] with an
@@ -204,22 +213,26 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged>::kThre
   auto load_tile = [&](int tile) {
     Tc* sk = sK + (tile % kStages) * TileKV::kElems;
     Tc* sv = sV + (tile % kStages) * TileKV::kElems;
-    const Tc* k_tile = nullptr;
-    const Tc* v_tile = nullptr;
-    if (tile_in_one_page) {
-      k_tile = k_base + tile_offset(tile, p.k_outer_stride, p.k_row_stride);
-      v_tile = v_base + tile_offset(tile, p.v_outer_stride, p.v_row_stride);
+    int64_t k_half[2] = {0, 0}, v_half[2] = {0, 0};  // tile_in_pages: half_offset of each half
+    if constexpr (tile_in_pages) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        k_half[half] = half_offset(tile, half, p.k_outer_stride, p.k_row_stride);
+        v_half[half] = half_offset(tile, half, p.v_outer_stride, p.v_row_stride);
+      }
     }
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const int r = r0 + i * kRowsPerPass, j = tile * kBlockN + r;
+      // The pass's half, and its row in that half: the same rows in both halves.
+      const int half = i < kPasses / 2 ? 0 : 1, r_in_half = r0 + (i % (kPasses / 2)) * kRowsPerPass;
       const bool valid = j < n_keys;
-      const Tc* k_src = !valid           ? k_base
-                        : tile_in_one_page ? k_tile + static_cast<int64_t>(r) * p.k_row_stride
-                                           : k_base + row_offset(i, j, p.k_outer_stride, p.k_row_stride);
-      const Tc* v_src = !valid           ? v_base
-                        : tile_in_one_page ? v_tile + static_cast<int64_t>(r) * p.v_row_stride
-                                           : v_base + row_offset(i, j, p.v_outer_stride, p.v_row_stride);
+      const Tc* k_src = !valid        ? k_base
+                        : tile_in_pages ? k_base + (k_half[half] + static_cast<int64_t>(r_in_half) * p.k_row_stride)
+                                        : k_base + row_offset(i, j, p.k_outer_stride, p.k_row_stride);
+      const Tc* v_src = !valid        ? v_base
+                        : tile_in_pages ? v_base + (v_half[half] + static_cast<int64_t>(r_in_half) * p.v_row_stride)
+                                        : v_base + row_offset(i, j, p.v_outer_stride, p.v_row_stride);
       if constexpr (kFp8) {
         const uint32_t k_dst = ring_addr + ((tile % kStages) * TileKV::kElems + stage_offset(r, c));
         cp_async_16(k_dst, k_src + c * kChunkElems, valid, l2_policy);

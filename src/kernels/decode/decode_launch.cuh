@@ -58,10 +58,10 @@ inline MergeProblem split_results(const DecodeProblem& p) {
   return m;
 }
 
-// T: q's dtype; Tc: the cache's (T, or __nv_fp8_storage_t for e4m3).
-template <typename T, typename Tc, int D, bool kPaged>
+// T: q's dtype; Tc: the cache's (T, or __nv_fp8_storage_t for e4m3); kLargePages: DecodeShape's.
+template <typename T, typename Tc, int D, bool kPaged, bool kLargePages = false>
 cudaError_t launch_policy(const DecodeProblem& p, cudaStream_t stream) {
-  using Shape = DecodeShape<D, sizeof(Tc) == 1, kPaged>;
+  using Shape = DecodeShape<D, sizeof(Tc) == 1, kPaged, kLargePages>;
   if (p.seqlen_new > 0) {
     const int chunks = p.seqlen_new * p.heads_kv * static_cast<int>(D * sizeof(Tc) / 16);
     decode_append_kernel<Tc, D, kPaged><<<dim3(ceil_div(chunks, 128), p.batch), 128, 0, stream>>>(p);
@@ -69,7 +69,7 @@ cudaError_t launch_policy(const DecodeProblem& p, cudaStream_t stream) {
   }
   if (p.packed_rows() == 0) return cudaSuccess;  // seqlen_q == 0: only the append
   const int m_blocks = ceil_div(p.packed_rows(), Shape::kRows);
-  auto* kernel = decode_split_kernel<T, Tc, D, kPaged>;
+  auto* kernel = decode_split_kernel<T, Tc, D, kPaged, kLargePages>;
   static DeviceOnce once;
   int device = 0, major = 0;
   cudaError_t err = cudaGetDevice(&device);
@@ -93,9 +93,13 @@ cudaError_t launch_policy(const DecodeProblem& p, cudaStream_t stream) {
 template <typename T, int D>
 cudaError_t launch_head_dim(const DecodeProblem& p, cudaStream_t stream) {
   using E4M3 = __nv_fp8_storage_t;
-  if (p.fp8_cache())
-    return p.paged() ? launch_policy<T, E4M3, D, true>(p, stream) : launch_policy<T, E4M3, D, false>(p, stream);
-  return p.paged() ? launch_policy<T, T, D, true>(p, stream) : launch_policy<T, T, D, false>(p, stream);
+  const bool large = large_pages<D>(p);
+  if (p.fp8_cache()) {
+    if (!p.paged()) return launch_policy<T, E4M3, D, false>(p, stream);
+    return large ? launch_policy<T, E4M3, D, true, true>(p, stream) : launch_policy<T, E4M3, D, true>(p, stream);
+  }
+  if (!p.paged()) return launch_policy<T, T, D, false>(p, stream);
+  return large ? launch_policy<T, T, D, true, true>(p, stream) : launch_policy<T, T, D, true>(p, stream);
 }
 
 }  // namespace hfa::flash_decode

@@ -4,6 +4,8 @@
 
 #include <cstddef>
 
+#include "kernels/decode/decode_problem.h"
+
 namespace hfa::flash_decode {
 
 // The most splits of one sequence's keys (DecodeArgs::num_splits); the combine kernel holds one
@@ -23,15 +25,20 @@ inline constexpr int kDecodeMaxSplits = 256;
 // K and V tiles, 2 CTAs per SM) reached 2.58 TB/s-equivalent at batch 64 x 16k against the bf16
 // cache's 3.04; one converted tile, 3 stages and 3 CTAs per SM (more warps to hide the
 // conversion) 2.69, and best for the paged cache (2.53); 128-key tiles, 2 stages, 2 CTAs per SM
-// 2.86 contiguous but 2.40 paged. So the contiguous cache at d = 128 takes 128-key tiles and
-// everything else 3 CTAs per SM (2 at d = 256, 2 stages).
-template <int D, bool kFp8Cache = false, bool kPaged = false>
+// 2.86 contiguous but 2.40 paged. So the contiguous cache at d = 128 took 128-key tiles and
+// everything else 3 CTAs per SM (2 at d = 256, 2 stages). That paged measurement looked up a page
+// per key row. kLargePages: the kernel for pages of at least half a tile, whose tiles look up the
+// one or two pages they lie in (decode_kernel.cuh); with it the e4m3 cache at d = 128 takes the
+// 128-key tiles in pages of 64 keys or more too (docs/WORKLOG.md, "Flash decode", session 42).
+template <int D, bool kFp8Cache = false, bool kPaged = false, bool kLargePages = false>
 struct DecodeShape {
+  static_assert(!kLargePages || kPaged, "large pages are a paged cache's");
   static constexpr int kHeadDim = D;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = 16;
-  static constexpr bool kWideFp8 = kFp8Cache && D == 128 && !kPaged;  // 128-key e4m3 tiles
+  // 128-key e4m3 tiles at d = 128.
+  static constexpr bool kWideFp8 = kFp8Cache && D == 128 && (!kPaged || kLargePages);
   static constexpr int kKeysPerWarp = (D == 64 || kWideFp8) ? 32 : 16;
   static constexpr int kBlockN = kKeysPerWarp * kWarps;
   static constexpr int kStages = (D == 256 || kWideFp8) ? 2 : 3;
@@ -51,5 +58,13 @@ struct DecodeShape {
   static_assert(size_t(kWarps) * kRows * (D + 8) * 4 <= kRingBytes + kConvertedBytes,
                 "the merge scratch fits in the K/V ring");
 };
+
+// Whether p's kernel is DecodeShape's kLargePages variant: a paged cache whose pages hold at least
+// half a tile of that shape.
+template <int D>
+bool large_pages(const DecodeProblem& p) {
+  const int tile_keys = p.fp8_cache() ? DecodeShape<D, true, true, true>::kBlockN : DecodeShape<D, false, true, true>::kBlockN;
+  return p.paged() && (1 << p.page_size_log2) >= tile_keys / 2;
+}
 
 }  // namespace hfa::flash_decode
