@@ -135,6 +135,7 @@ struct K7Config {
   static constexpr bool kStageO = false;
   static constexpr bool kWaitPvAfterMax = wait_pv_after_max(D, BlockN);
   static constexpr bool kBroadcastTileCoord = broadcast_tile_coord(D, BlockN);
+  static constexpr bool kUniformStorageBase = uniform_storage_base(D, BlockN);
   static constexpr int kConsumerThreads = 128 * ConsumerWarpgroups;
   static constexpr int kThreads = threads(ConsumerWarpgroups);
   using QLayout = sm90::TileLayout<E, kBlockM, D>;
@@ -342,7 +343,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   using Pipeline = typename Config::Pipeline;
   using QPipeline = typename Config::QPipeline;
   constexpr bool kPingPong = ping_pong(D);
-  auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage>();
+  auto& ss = sm90::aligned_shared_storage<typename Config::SharedStorage, Config::kUniformStorageBase>();
   const FwdProblem& p = params.problem;
   using Scheduler = std::conditional_t<kDynamic, sm90::DynamicTileScheduler, sm90::PersistentTileScheduler>;
   const Scheduler scheduler = [&] {

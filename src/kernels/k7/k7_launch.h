@@ -42,6 +42,11 @@ constexpr bool wait_pv_after_max(int head_dim, int block_n) { return !(head_dim 
 constexpr bool broadcast_tile_coord(int head_dim, int block_n) {
   return head_dim == 64 || (head_dim == 128 && block_n == 128);
 }
+// Whether the shared storage's base is known uniform (sm90::aligned_shared_storage). Since it is
+// (1627b16), ptxas keeps every loop's descriptor arithmetic in uniform registers, as lane 0's
+// coordinates above made it do: d = 128's 192-key rows lost 2.5-3.6% against ce5400e (H100 A/B,
+// session 42; WORKLOG, K7 eighth pass), so that tile takes the base of before.
+constexpr bool uniform_storage_base(int head_dim, int block_n) { return !(head_dim == 128 && block_n > 128); }
 
 // Wide tiles where they measured faster than 128 keys (WORKLOG, K7 third pass; A/B on the sweep,
 // H100, same runs): d = 128, 192 keys: +4-7% from 2k keys, causal from 4k (+1-6%; -3% at 2k).

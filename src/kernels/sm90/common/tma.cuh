@@ -58,14 +58,23 @@ struct KMajorBytes {
 
 // The dynamic shared memory of a kernel, 1024-byte aligned: the 128-byte swizzle
 // pattern of TileLayout repeats every 1024 bytes and GMMA/TMA assume tiles start on one.
-template <class Storage>
+// kUniformBase (the default): aligned by an offset from smem_raw, so that the compiler still
+// knows the storage is shared memory (plain accesses compile to LDS / STS rather than generic
+// loads and stores) and ptxas keeps the base, and the WGMMA descriptors built from it, in uniform
+// registers. false: aligned by integer arithmetic on the generic address (what every kernel did
+// before 1627b16): the base is a per-thread register and each descriptor is moved to the uniform
+// datapath where it is used (R2UR). k7's 192-key loop at d = 128 measured faster that way
+// (k7_launch.h: uniform_storage_base).
+template <class Storage, bool kUniformBase = true>
 __device__ __forceinline__ Storage& aligned_shared_storage() {
   extern __shared__ char smem_raw[];
-  // Aligned by an offset from smem_raw (not by integer arithmetic on its address), so that the
-  // compiler still knows the storage is shared memory and plain accesses compile to LDS / STS
-  // rather than generic loads and stores.
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  return *reinterpret_cast<Storage*>(smem_raw + ((1024u - addr % 1024u) % 1024u));
+  if constexpr (kUniformBase) {
+    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    return *reinterpret_cast<Storage*>(smem_raw + ((1024u - addr % 1024u) % 1024u));
+  } else {
+    const uintptr_t p = (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023};
+    return *reinterpret_cast<Storage*>(p);
+  }
 }
 
 // Element addressing of a TileLayout tile (2-byte elements) for code that reads it with plain
