@@ -75,7 +75,7 @@ Status DecodeBuffers::allocate(const DecodeConfig& c, uint64_t seed) {
     const int most = cap_keys - c.seqlen_new;
     std::uniform_int_distribution<int> len(0, std::max(most, 0));
     for (int b = 0; b < c.batch; ++b)
-      seqlens.push_back(c.full ? most : b == 0 ? 0 : b == 1 ? std::min(1, most) : b == 2 ? most : len(rng));
+      seqlens.push_back(c.full ? most : b == 0 ? most : b == 1 ? 0 : b == 2 ? std::min(1, most) : len(rng));
   }
   const DType dt = c.dtype, ct = c.cache_dtype();
   HFA_RETURN_IF_ERROR(alloc(&q, dt, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}));

@@ -32,8 +32,9 @@ struct DecodeConfig {
   bool cache_batch_idx = false;  // contiguous caches: sequences use a permutation of cache rows
   bool with_lse = true;
   std::optional<float> softmax_scale;
-  // Keys cached per sequence before the call; empty: random in [0, capacity - seqlen_new], with
-  // 0, 1 and the full cache among them when the batch has room.
+  // Keys cached per sequence before the call; empty: sequence 0 the full cache, 1 none, 2 one key,
+  // the rest random in [0, capacity - seqlen_new] (the full one first, so that a check of one or two
+  // sequences -- hfa-bench's at long caches, which fit few in its 512 MB -- still has keys to check).
   std::vector<int> cache_seqlens;
   // All cache slots filled (cache_seqlens = capacity - seqlen_new): the benchmark's shape.
   bool full = false;
