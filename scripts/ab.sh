@@ -12,12 +12,14 @@
 #                                          default "bwd_sm90 --bwd --sweep --sweep-headdims 64,128 --iters 10"
 #
 # Environment: OUT (the log folder, default ./ab-out: $OUT/ab.txt), ROUNDS (default 2),
-# HFA_HEAD_DIMS (default "64;128"), AB_TIMEOUT (seconds per hfa-bench run, default 120). Pass
+# HFA_HEAD_DIMS (default "64;128"), HFA_KERNELS (the kernel families to build, e.g. "k7;k8" or
+# "none" for decode alone: CMakeLists.txt; default all; a base tree older than the option builds
+# all), AB_TIMEOUT (seconds per hfa-bench run, default 120). Pass
 # --check rows or tests separately: this times only. The summary follows the rounds in the log.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-usage() { sed -n '2,17p' "$0" >&2; exit 2; }
+usage() { sed -n '2,18p' "$0" >&2; exit 2; }
 
 case "${1:-}" in
   pack)
@@ -31,6 +33,7 @@ case "${1:-}" in
     out=${OUT:-$root/ab-out}
     rounds=${ROUNDS:-2}
     dims=${HFA_HEAD_DIMS:-64;128}
+    kernels=${HFA_KERNELS:-}
     limit=${AB_TIMEOUT:-120}
     mkdir -p "$out"
     log="$out/ab.txt"
@@ -50,7 +53,7 @@ case "${1:-}" in
     if [ ! -d "$root/third_party/cutlass" ]; then echo "ab.sh: no $root/third_party/cutlass (scripts/setup.sh)"; exit 1; fi
     [ -e "$old_src/third_party" ] || ln -sfn "$root/third_party" "$old_src/third_party"
     build() {  # $1 source, $2 build folder
-      cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHFA_HEAD_DIMS="$dims" -DHFA_BUILD_TESTS=OFF \
+      cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHFA_HEAD_DIMS="$dims" -DHFA_KERNELS="$kernels" -DHFA_BUILD_TESTS=OFF \
         -DHFA_BUILD_TORCH_OPS=OFF >"$2.log" 2>&1 && ninja -C "$2" -j "$(( $(nproc) / 2 ))" tools/hfa-bench/hfa-bench >>"$2.log" 2>&1
     }
     t0=$SECONDS

@@ -1,14 +1,46 @@
 #include "registry.h"
 
+#include "hfa_build_config.h"
+
 namespace hfa {
 
 const std::vector<KernelEntry>& registry() {
-  // Explicit list (no static-initializer self-registration, which static linking can drop).
-  static const std::vector<KernelEntry> entries = {k1_entry(), k2_entry(), fa2_entry(), k3_1_entry(),
-                                                     k3_2_entry(), k3_3_entry(), k4_qk_entry(),
-                                                     k4_entry(), k5_entry(), k6_entry(),
-                                                     k6_no_pingpong_entry(), k6_no_overlap_entry(),
-                                                     k7_entry(), k8_entry()};
+  // Explicit list (no static-initializer self-registration, which static linking can drop), of the
+  // families this build has (HFA_KERNELS, CMakeLists.txt).
+  static const std::vector<KernelEntry> entries = [] {
+    std::vector<KernelEntry> e;
+#if HFA_WITH_K1
+    e.push_back(k1_entry());
+#endif
+#if HFA_WITH_K2
+    e.push_back(k2_entry());
+#endif
+#if HFA_WITH_FA2
+    e.push_back(fa2_entry());
+#endif
+#if HFA_WITH_K3
+    e.insert(e.end(), {k3_1_entry(), k3_2_entry(), k3_3_entry()});
+#endif
+#if HFA_WITH_K4_QK
+    e.push_back(k4_qk_entry());
+#endif
+#if HFA_WITH_K4
+    e.push_back(k4_entry());
+#endif
+#if HFA_WITH_K5
+    e.push_back(k5_entry());
+#endif
+#if HFA_WITH_K6
+    e.insert(e.end(), {k6_entry(), k6_no_pingpong_entry(), k6_no_overlap_entry()});
+#endif
+#if HFA_WITH_K7
+    e.push_back(k7_entry());
+#endif
+#if HFA_WITH_K8
+    e.push_back(k8_entry());
+#endif
+    return e;
+  }();
   return entries;
 }
 
@@ -19,7 +51,16 @@ const KernelEntry* find_kernel(const std::string& name) {
 }
 
 const std::vector<BackwardKernelEntry>& backward_registry() {
-  static const std::vector<BackwardKernelEntry> entries = {fa2_backward_entry(), bwd_sm90_backward_entry()};
+  static const std::vector<BackwardKernelEntry> entries = [] {
+    std::vector<BackwardKernelEntry> e;
+#if HFA_WITH_FA2
+    e.push_back(fa2_backward_entry());
+#endif
+#if HFA_WITH_BWD_SM90
+    e.push_back(bwd_sm90_backward_entry());
+#endif
+    return e;
+  }();
   return entries;
 }
 
