@@ -36,6 +36,14 @@ HEADLINES = [
     ("decode, bf16 paged cache", "2026-11-24-h100-decode-peers-e4m3-d941eca.json", "decode_paged",
      ["cudnn", "fa3"], "decode"),
     ("decode, e4m3 cache", "2026-11-24-h100-decode-peers-e4m3-d941eca.json", "decode_e4m3", ["fa3_fp8"], "decode"),
+    # Session 43's runs came on an H200 (the H100s did not): the same headlines on that GPU, beside
+    # the H100's. The decode file's peers ran in the device call after hfa's sweeps, on the same
+    # machine still held (PERFORMANCE.md, "Latest for decode").
+    ("FP8 forward (k7)", "2026-11-27-h200-peers-k7-k8-fp8-24fdc25.json", "k7", ["fa3_fp8"], "fwd"),
+    ("FP8 forward, block scales (k8)", "2026-11-27-h200-peers-k7-k8-fp8-24fdc25.json", "k8", ["fa3_fp8"], "fwd"),
+    ("decode, bf16 cache", "2026-11-27-h200-decode-peers-24fdc25.json", "decode", ["cudnn", "fa3"], "decode"),
+    ("decode, bf16 paged cache", "2026-11-27-h200-decode-peers-24fdc25.json", "decode_paged", ["cudnn", "fa3"], "decode"),
+    ("decode, e4m3 cache", "2026-11-27-h200-decode-peers-24fdc25.json", "decode_e4m3", ["fa3_fp8"], "decode"),
 ]
 
 CONFIG_KEYS = ("d", "causal", "seqlen_q", "seqlen_k", "batch", "heads_q", "heads_kv")
