@@ -36,8 +36,8 @@ Status download_view(const TensorView& t, std::vector<uint8_t>* bytes) {
 std::string DecodeConfig::describe() const {
   char buf[320];
   std::snprintf(buf, sizeof(buf),
-                "%s%s b=%d sq=%d hq=%d hkv=%d d=%d cap=%d %s%s new=%d%s splits=%d%s", to_string(dtype),
-                fp8_cache ? " e4m3-cache" : "",
+                "%s%s%s b=%d sq=%d hq=%d hkv=%d d=%d cap=%d %s%s new=%d%s splits=%d%s", to_string(dtype),
+                fp8_cache ? " e4m3-cache" : "", wide_q_range ? " wide-q" : "",
                 batch, seqlen_q, heads_q, heads_kv, head_dim, capacity,
                 page_size ? "paged " : "contiguous", page_size ? std::to_string(page_size).c_str() : "",
                 seqlen_new, causal ? " causal" : "", num_splits, cache_batch_idx ? " batch_idx" : "");
@@ -132,7 +132,26 @@ Status DecodeBuffers::allocate(const DecodeConfig& c, uint64_t seed) {
   uint64_t salt = seed * 0x100000001B3ull;
   for (TensorView* t : {&q, &k_cache, &v_cache, &k_new, &v_new})
     if (t->data) HFA_RETURN_IF_ERROR(fill_normal(t->data, t->dtype, t->numel(), ++salt));
+  if (c.wide_q_range) HFA_RETURN_IF_ERROR(widen_q_range());
   return poison_outputs();
+}
+
+Status DecodeBuffers::widen_q_range() {
+  if (q.dtype != DType::kBF16)
+    return make_error(StatusCode::kInvalidArgument, "wide_q_range: a bf16 q (fp16 cannot hold it)");
+  std::vector<uint8_t> bytes;
+  HFA_RETURN_IF_ERROR(download_view(q, &bytes));
+  auto* e = reinterpret_cast<__nv_bfloat16*>(bytes.data());
+  const int64_t rows = q.numel() / config.head_dim;  // (batch, seqlen_q, heads_q) rows, packed
+  for (int64_t r = 0; r < rows; ++r) {
+    const float factor = std::ldexp(1.f, static_cast<int>(r % 5) * 8 - 16);  // exact in bf16
+    for (int i = 0; i < config.head_dim; ++i) {
+      __nv_bfloat16& x = e[r * config.head_dim + i];
+      x = __float2bfloat16(__bfloat162float(x) * factor);
+    }
+  }
+  return cuda_status(cudaMemcpy(q.data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
+                     "uploading the widened q");
 }
 
 Status DecodeBuffers::poison_outputs() {

@@ -38,6 +38,9 @@ struct DecodeConfig {
   std::vector<int> cache_seqlens;
   // All cache slots filled (cache_seqlens = capacity - seqlen_new): the benchmark's shape.
   bool full = false;
+  // bf16 q only: each query row (token, head) N(0, 1) times 2^-16, 2^-8, 1, 2^8 or 2^16 in turn, so
+  // that q holds values beyond fp16's range (the e4m3 cache's GEMMs run in fp16: decode_kernel.cuh).
+  bool wide_q_range = false;
 
   DType cache_dtype() const { return fp8_cache ? DType::kE4M3 : dtype; }
   std::string describe() const;
@@ -69,6 +72,7 @@ class DecodeBuffers {
  private:
   std::vector<void*> owned_;
   Status alloc(TensorView* t, DType dtype, std::initializer_list<int64_t> shape);
+  Status widen_q_range();  // DecodeConfig::wide_q_range, on q as filled
 };
 
 struct DecodeCheckResult {

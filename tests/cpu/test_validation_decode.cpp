@@ -309,3 +309,21 @@ TEST(DecodeValidation, SplitHeuristic) {
 
 }  // namespace
 }  // namespace hfa
+
+// The e4m3 cache's GEMMs take a bf16 q as fp16, each row scaled by 2^fp16_row_exponent(row max):
+// the row's largest magnitude must land in [2^14, 2^15), below fp16's largest value (65504), for
+// every float a bf16 row can hold; zeros, infinities and NaN are not scaled.
+TEST(DecodeQScale, RowMaxLandsBelowFp16Max) {
+  for (double mx : {1.0, 0.75, 1.5, 16384.0, 32767.0, 32768.0, 65504.0, 1e-3, 3e-5, 1e20, 3.38e38, 1e-30}) {
+    const int e = flash_decode::fp16_row_exponent(static_cast<float>(mx));
+    const double scaled = static_cast<float>(mx) * std::ldexp(1.0, e);
+    EXPECT_GE(scaled, 16384.0) << "row max " << mx;
+    EXPECT_LT(scaled, 32768.0) << "row max " << mx;
+  }
+  // Rows below 2^-112 would need more than 2^127: capped (2^-e stays a float), subnormals too.
+  EXPECT_EQ(flash_decode::fp16_row_exponent(1.2e-38f), 127);
+  EXPECT_EQ(flash_decode::fp16_row_exponent(1e-40f), 127);
+  EXPECT_EQ(flash_decode::fp16_row_exponent(0.f), 0);
+  EXPECT_EQ(flash_decode::fp16_row_exponent(INFINITY), 0);
+  EXPECT_EQ(flash_decode::fp16_row_exponent(NAN), 0);
+}

@@ -126,6 +126,20 @@ TEST(Decode, CacheBatchIdxAndScales) {
   }
 }
 
+// A bf16 q beyond fp16's range (and far below 1), with an e4m3 cache (whose GEMMs run in fp16 on
+// rows scaled by powers of two) and a bf16 one, at every head dim, contiguous and paged.
+TEST(Decode, WideQueryRange) {
+  HFA_SKIP_WITHOUT_GPU();
+  for (int d : testing::compiled_head_dims())
+    for (bool fp8 : {true, false})
+      for (int page : {0, 64}) {
+        DecodeConfig c;
+        c.head_dim = d, c.batch = 3, c.seqlen_q = 2, c.heads_q = 20, c.heads_kv = 4, c.capacity = 700;
+        c.causal = true, c.page_size = page, c.fp8_cache = fp8, c.wide_q_range = true;
+        expect_pass(c, 300 + d + page + fp8);
+      }
+}
+
 TEST(Decode, EmptyCachesAndEmptyBatch) {
   HFA_SKIP_WITHOUT_GPU();
   DecodeConfig c = small_config(3, 8, 8, 64);

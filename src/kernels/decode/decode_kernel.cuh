@@ -16,9 +16,18 @@
 // with the page indices read a tile ahead; with pages of at least half a tile, kLargePages, one
 // lookup per page a tile spans).
 // An e4m3 cache (Tc = __nv_fp8_storage_t, q bf16/fp16) streams half the bytes: its tiles land in
-// the ring as plain rows of bytes, and each warp converts its own keys (exactly) into a tile of q's
-// dtype that its GEMMs read as they read a bf16/fp16 cache's tile (K first, then V into the same
-// rows); k_descale folds into the softmax scale and v_descale into the output's normalization.
+// the ring as plain rows of bytes, and each warp converts its own keys (exactly) into an fp16 tile
+// that its GEMMs read as they read a bf16/fp16 cache's tile (K first, then V into the same rows);
+// k_descale folds into the softmax scale and v_descale into the output's normalization.
+// The e4m3 cache's GEMMs run in fp16 whatever q's dtype (Tm below): e4m3 converts to fp16 exactly in
+// one instruction per pair, to bf16 only through fp32 (the d = 128 loop, 128 keys, contiguous:
+// 1374 instructions converting to bf16, 520 of them conversions; 1022 converting to fp16, 136; on
+// an H200 the bf16 conversion bound the kernel at 3.0 TB/s: WORKLOG, "Flash decode"). A bf16 q is converted once into fp16 in place, each row scaled by a power
+// of two that puts its largest value in [2^14, 2^15) (exact: bf16's 8-bit significands fit fp16's
+// 11; only values below 2^-28 of the row's largest lose bits, to fp16's subnormals), and its scores
+// scaled back after the GEMM (exact). P enters P V as fp16 times 2^7: P <= 2^8 with the lazy
+// rescale, so P 2^7 <= 2^15 stays below fp16's largest value and its subnormals begin at P = 2^-21;
+// the output's normalization divides the 2^7 out.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -68,9 +77,10 @@ struct PackedRow {
 };
 
 // e4m3 cache: this warp's kKeys keys (rows key0 ...) of a staged tile (rows of D bytes) converted
-// into `dst` (Tile's swizzled layout, q's dtype T). Lane l converts the 8-byte pieces l, l + 32,
-// ... of those rows: a quarter-warp reads 64 contiguous bytes and writes the 8 chunks of one
-// swizzled row group, both free of bank conflicts.
+// into `dst` (Tile's swizzled layout, in T: the GEMMs' dtype, fp16). Lane l converts the 8-byte
+// pieces l, l + 32, ... of those rows: a quarter-warp reads 64 contiguous bytes and writes the 8
+// chunks of one swizzled row group, both free of bank conflicts by this count (yet ncu counted
+// 22.6% of these stores' wavefronts as conflicts on an H200: WORKLOG, "Flash decode", session 43).
 template <typename T, class Tile, int D, int kKeys>
 __device__ __forceinline__ void convert_e4m3_keys(T* dst, const __nv_fp8_storage_t* src, int key0,
                                                   int lane) {
@@ -86,6 +96,46 @@ __device__ __forceinline__ void convert_e4m3_keys(T* dst, const __nv_fp8_storage
 }
 
 
+// A bf16 Q tile (Tile's swizzled layout, kRows x D) converted in place into fp16, row r scaled by
+// 2^e_r so that its largest magnitude lies in [2^14, 2^15) (fp16_row_exponent: a row of zeros or
+// one holding an infinity is not scaled; a NaN does not count); unscale[r] = 2^-e_r. kThreads / kRows consecutive threads
+// (lanes of one warp) take a row. The caller synchronizes before and after.
+template <class Tile, int kRows, int D, int kThreads>
+__device__ __forceinline__ void scale_q_rows_to_fp16(void* tile, float* unscale) {
+  constexpr int kThreadsPerRow = kThreads / kRows, kChunksPerThread = D / 8 / kThreadsPerRow;
+  static_assert(kThreadsPerRow * kRows == kThreads && kThreadsPerRow <= 32 && 32 % kThreadsPerRow == 0,
+                "a row's threads are lanes of one warp");
+  static_assert(kChunksPerThread * kThreadsPerRow * 8 == D, "whole 16-byte chunks per thread");
+  const int r = threadIdx.x / kThreadsPerRow, j = threadIdx.x % kThreadsPerRow;
+  uint4* chunks[kChunksPerThread];
+  float v[kChunksPerThread][8];
+  float mx = 0.f;
+#pragma unroll
+  for (int i = 0; i < kChunksPerThread; ++i) {
+    chunks[i] = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(tile) +
+                                         Tile::offset(r, (j + i * kThreadsPerRow) * 8));
+    const uint4 raw = *chunks[i];
+    const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      v[i][k] = __bfloat162float(e[k]);
+      mx = fmaxf(mx, fabsf(v[i][k]));  // fmaxf drops a NaN: it stays NaN, scaled or not
+    }
+  }
+#pragma unroll
+  for (int off = kThreadsPerRow / 2; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  const int e = fp16_row_exponent(mx);
+  const float scale = ldexpf(1.f, e);
+#pragma unroll
+  for (int i = 0; i < kChunksPerThread; ++i) {
+    float scaled[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) scaled[k] = v[i][k] * scale;
+    *chunks[i] = pack8<__half>(scaled);
+  }
+  if (j == 0) unscale[r] = ldexpf(1.f, -e);
+}
+
 // T: q's and out's dtype; Tc: the cache's (T, or __nv_fp8_storage_t for e4m3). kLargePages:
 // DecodeShape's variant for pages of at least half a tile (large_pages).
 template <typename T, typename Tc, int D, bool kPaged, bool kLargePages = false>
@@ -100,14 +150,19 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
   constexpr int kOTiles = D / 8;
   using TileQ = SwizzledTile<kRows, D>;
   using TileKV = SwizzledTile<kBlockN, D>;
+  // The GEMMs' dtype (header): fp16 for an e4m3 cache; kScaleQ: q is bf16 and converted into it.
+  using Tm = std::conditional_t<kFp8, __half, T>;
+  constexpr bool kScaleQ = kFp8 && !std::is_same_v<T, __half>;
+  constexpr float kPOffset = kFp8 ? 128.f : 1.f;  // P's factor in P V (header)
   extern __shared__ uint4 smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
+  const Tm* sQm = reinterpret_cast<const Tm*>(smem_raw);
   // The ring of the cache's tiles: kStages of K, then kStages of V (bf16/fp16: TileKV's swizzled
   // layout; e4m3: rows of D bytes, read only by the conversion).
   Tc* sK = reinterpret_cast<Tc*>(sQ + TileQ::kElems);
   Tc* sV = sK + kStages * TileKV::kElems;
   // e4m3: the tile in T that the GEMMs read: each warp converts its own keys of K, then of V.
-  T* sConverted = reinterpret_cast<T*>(sV + kStages * TileKV::kElems);
+  Tm* sConverted = reinterpret_cast<Tm*>(sV + kStages * TileKV::kElems);
 
   const int rows_total = p.packed_rows();
   const int m_blocks = ceil_div(rows_total, kRows);
@@ -281,6 +336,17 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
   zero(o);
   float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.f, 0.f}};
   const int key0 = warp * kKeysPerWarp;  // this warp's keys in each tile
+  // A bf16 q with an e4m3 cache: Q (commit group 0) into fp16, rows scaled (header).
+  float row_unscale[2] = {1.f, 1.f};
+  if constexpr (kScaleQ) {
+    __shared__ float q_unscale[kRows];
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    scale_q_rows_to_fp16<TileQ, kRows, D, kThreads>(sQ, q_unscale);
+    __syncthreads();
+    row_unscale[0] = q_unscale[g];
+    row_unscale[1] = q_unscale[g + 8];
+  }
 
   for (int t = t_begin; t < t_end; ++t) {
     cp_async_wait<kStages - 2>();  // tile t (and Q) landed for this thread's copies
@@ -289,10 +355,10 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
     cp_async_commit();
     fetch_pages(t + kStages);  // lands while this tile computes
 
-    const T* sKt;
-    const T* sVt;
-    if constexpr (kFp8) {  // this warp's keys of K, converted to T (V follows after S)
-      convert_e4m3_keys<T, TileKV, D, kKeysPerWarp>(sConverted, sK + (t % kStages) * TileKV::kElems, key0, lane);
+    const Tm* sKt;
+    const Tm* sVt;
+    if constexpr (kFp8) {  // this warp's keys of K, converted to Tm (V follows after S)
+      convert_e4m3_keys<Tm, TileKV, D, kKeysPerWarp>(sConverted, sK + (t % kStages) * TileKV::kElems, key0, lane);
       __syncwarp();  // the warp's ldmatrix reads other lanes' conversions
       sKt = sVt = sConverted;
     } else {
@@ -301,8 +367,10 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
     }
     float s[1][kKeysPerWarp / 8][4];
     zero(s);
-    warp_gemm<T, 1, kKeysPerWarp / 8, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
-        s, sQ, 0, sKt, key0);
+    warp_gemm<Tm, 1, kKeysPerWarp / 8, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
+        s, sQm, 0, sKt, key0);
+    if constexpr (kScaleQ)  // q's row scales out of the scores (powers of two: exact)
+      for_each_fragment_element<1, kKeysPerWarp / 8>([&](int, int nt, int i) { s[0][nt][i] *= row_unscale[i / 2]; });
     if (!(scale_log2 > 0.f))
       for_each_fragment_element<1, kKeysPerWarp / 8>([&](int, int nt, int i) { s[0][nt][i] *= scale_log2; });
     const int k0 = t * kBlockN;
@@ -312,22 +380,25 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
       });
     if constexpr (kFp8) {  // K's rows are read (S is in registers): V replaces them
       __syncwarp();
-      convert_e4m3_keys<T, TileKV, D, kKeysPerWarp>(sConverted, sV + (t % kStages) * TileKV::kElems, key0, lane);
+      convert_e4m3_keys<Tm, TileKV, D, kKeysPerWarp>(sConverted, sV + (t % kStages) * TileKV::kElems, key0, lane);
     }
     online_softmax_tile(s, row_max, row_sum, o, factor);
-    if constexpr (kFp8) __syncwarp();
+    if constexpr (kFp8) {
+      for_each_fragment_element<1, kKeysPerWarp / 8>([&](int, int nt, int i) { s[0][nt][i] *= kPOffset; });
+      __syncwarp();
+    }
 
     const LaneOffsets<TileKV, FragmentKind::kBPairTrans> v_off(sVt, key0, 0);
 #pragma unroll
     for (int ks = 0; ks < kKeysPerWarp / 16; ++ks) {  // P V, 16 of the warp's keys at a time
       uint32_t pa[4];
-      c_pair_to_a<T>(s[0][2 * ks], s[0][2 * ks + 1], pa);
+      c_pair_to_a<Tm>(s[0][2 * ks], s[0][2 * ks + 1], pa);
 #pragma unroll
       for (int np = 0; np < kOTiles / 2; ++np) {
         uint32_t bv[2][2];
         v_off.load_pair(bv, 16 * ks, 2 * np);
-        mma_16816<T>(o[0][2 * np], pa, bv[0]);
-        mma_16816<T>(o[0][2 * np + 1], pa, bv[1]);
+        mma_16816<Tm>(o[0][2 * np], pa, bv[0]);
+        mma_16816<Tm>(o[0][2 * np + 1], pa, bv[1]);
       }
     }
   }
@@ -366,7 +437,7 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
     weight[w] = mx == -INFINITY ? 0.f : exp2_approx(warp_max[w][row] - mx);
     l += weight[w] * warp_sum[w][row];
   }
-  const float inv = l > 0.f ? v_scale / l : 0.f;
+  const float inv = l > 0.f ? v_scale / (kPOffset * l) : 0.f;
   const float lse = l > 0.f ? (mx + log2f(l)) * kLn2 : -INFINITY;
   const PackedRow pr(p, hk, m0 + row);
   float out[kCols];

@@ -2,11 +2,23 @@
 // split heuristic). docs/WORKLOG.md, "Flash decode", has what was measured.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 
 #include "kernels/decode/decode_problem.h"
 
 namespace hfa::flash_decode {
+
+// A bf16 q row converted to fp16 for the e4m3 cache's GEMMs (decode_kernel.cuh) is scaled by 2^e,
+// with e chosen so that the row's largest magnitude mx lands in [2^14, 2^15) (fp16's largest value
+// is 65504): e = 15 - k for mx in [2^(k-1), 2^k); at most 127 (2^-e must stay a float); 0 for a row
+// of zeros or one holding an infinity or NaN (converted unscaled: they stay what they are).
+HFA_HOST_DEVICE inline int fp16_row_exponent(float mx) {
+  if (!(mx > 0.f) || !(mx <= 3.402823466e38f)) return 0;
+  int k = 0;
+  frexpf(mx, &k);  // mx = m 2^k, m in [0.5, 1)
+  return 15 - k < 127 ? 15 - k : 127;
+}
 
 // The most splits of one sequence's keys (DecodeArgs::num_splits); the combine kernel holds one
 // weight per split in shared memory.
@@ -19,8 +31,9 @@ inline constexpr int kDecodeMaxSplits = 256;
 // d = 64 first had 64-key tiles and 3 CTAs per SM: 396 slots made batch 64 x 8 KV heads 1.3 waves,
 // and every tile's fixed costs (barrier, waits, masks) were spread over half the bytes.
 //
-// An e4m3 cache (kFp8Cache) adds one tile in q's dtype into which each warp converts its own keys
-// of K (for S = Q K^T), then of V (for P V); its CTAs do twice the math per byte loaded. Measured
+// An e4m3 cache (kFp8Cache) adds one fp16 tile (decode_kernel.cuh) into which each warp converts
+// its own keys of K (for S = Q K^T), then of V (for P V); its CTAs do twice the math per byte loaded
+// (the measurements below converted into q's dtype: before the fp16 GEMMs of session 43). Measured
 // at d = 128 (docs/WORKLOG.md, "e4m3 caches"): the first version (64-key tiles, 4 stages, separate
 // K and V tiles, 2 CTAs per SM) reached 2.58 TB/s-equivalent at batch 64 x 16k against the bf16
 // cache's 3.04; one converted tile, 3 stages and 3 CTAs per SM (more warps to hide the
