@@ -307,9 +307,6 @@ TEST(DecodeValidation, SplitHeuristic) {
   EXPECT_EQ(plan.num_splits, 3);
 }
 
-}  // namespace
-}  // namespace hfa
-
 // The e4m3 cache's GEMMs take a bf16 q as fp16, each row scaled by 2^fp16_row_exponent(row max):
 // the row's largest magnitude must land in [2^14, 2^15), below fp16's largest value (65504), for
 // every float a bf16 row can hold; zeros, infinities and NaN are not scaled.
@@ -327,3 +324,6 @@ TEST(DecodeQScale, RowMaxLandsBelowFp16Max) {
   EXPECT_EQ(flash_decode::fp16_row_exponent(INFINITY), 0);
   EXPECT_EQ(flash_decode::fp16_row_exponent(NAN), 0);
 }
+
+}  // namespace
+}  // namespace hfa
