@@ -126,18 +126,22 @@ TEST(Decode, CacheBatchIdxAndScales) {
   }
 }
 
-// A bf16 q beyond fp16's range (and far below 1), with an e4m3 cache (whose GEMMs run in fp16 on
-// rows scaled by powers of two) and a bf16 one, at every head dim, contiguous and paged.
+// A bf16 q beyond fp16's range (and far below 1) with an e4m3 cache, whose GEMMs run in fp16 on q
+// rows scaled by powers of two: every head dim, contiguous and paged. The bf16 cache is not in this
+// test: its kernel is not involved, and rows scaled by 2^16 make the softmax one-hot, where the
+// tolerance baseline is exact (P = 1, O = a row of V) while every FlashAttention-style kernel
+// rounds its unnormalized P (up to 2^8 under the lazy rescale) to bf16 and divides by the fp32 sum:
+// one bf16 ulp of O (1.56e-2 at |O| in [2, 4)), over the 1/512 atol (H200, session 44; WORKLOG,
+// "Flash decode").
 TEST(Decode, WideQueryRange) {
   HFA_SKIP_WITHOUT_GPU();
   for (int d : testing::compiled_head_dims())
-    for (bool fp8 : {true, false})
-      for (int page : {0, 64}) {
-        DecodeConfig c;
-        c.head_dim = d, c.batch = 3, c.seqlen_q = 2, c.heads_q = 20, c.heads_kv = 4, c.capacity = 700;
-        c.causal = true, c.page_size = page, c.fp8_cache = fp8, c.wide_q_range = true;
-        expect_pass(c, 300 + d + page + fp8);
-      }
+    for (int page : {0, 64}) {
+      DecodeConfig c;
+      c.head_dim = d, c.batch = 3, c.seqlen_q = 2, c.heads_q = 20, c.heads_kv = 4, c.capacity = 700;
+      c.causal = true, c.page_size = page, c.fp8_cache = true, c.wide_q_range = true;
+      expect_pass(c, 301 + d + page);
+    }
 }
 
 TEST(Decode, EmptyCachesAndEmptyBatch) {
