@@ -235,7 +235,9 @@ struct DecodeArgs {
   // cache once per 16 packed rows (seqlen_q x heads_q / heads_kv): use forward() for a prefill.
   TensorView q;
   // The cache, q's dtype or e4m3 (an FP8 cache: half the bytes to read; needs k_descale and
-  // v_descale, and its values are converted exactly to q's dtype inside the kernel), either
+  // v_descale; inside the kernel its values are converted exactly to fp16, and a bf16 q is
+  // converted to fp16 with each row scaled by a power of two: exact but for values below 2^-28
+  // of the row's largest), either
   //   contiguous: (batch_cache, capacity, heads_kv, head_dim): sequence b is k_cache[b] (or
   //     k_cache[cache_batch_idx[b]]); its capacity is the second dimension;
   //   paged (page_table given): (num_pages, page_size, heads_kv, head_dim), page_size a power of

@@ -33,7 +33,7 @@ inline constexpr int kDecodeMaxSplits = 256;
 //
 // An e4m3 cache (kFp8Cache) adds one fp16 tile (decode_kernel.cuh) into which each warp converts
 // its own keys of K (for S = Q K^T), then of V (for P V); its CTAs do twice the math per byte loaded
-// (the measurements below converted into q's dtype: before the fp16 GEMMs of session 43). Measured
+// (the measurements below converted into q's dtype: before the fp16 GEMMs of ad5eda5). Measured
 // at d = 128 (docs/WORKLOG.md, "e4m3 caches"): the first version (64-key tiles, 4 stages, separate
 // K and V tiles, 2 CTAs per SM) reached 2.58 TB/s-equivalent at batch 64 x 16k against the bf16
 // cache's 3.04; one converted tile, 3 stages and 3 CTAs per SM (more warps to hide the
