@@ -78,24 +78,53 @@ struct PackedRow {
 };
 
 // e4m3 cache: this warp's kKeys keys (rows key0 ...) of a staged tile (rows of D bytes) converted
-// into `dst` (Tile's swizzled layout, in T: the GEMMs' dtype, fp16). Lane l converts the 8-byte
-// pieces l, l + 32, ... of those rows: a quarter-warp reads 64 contiguous bytes and writes the 8
-// chunks of one swizzled row group, both free of bank conflicts by this count (yet ncu counted
-// 22.6% of these stores' wavefronts as conflicts on an H200: WORKLOG, "Flash decode", session 43).
-template <typename T, class Tile, int D, int kKeys>
-__device__ __forceinline__ void convert_e4m3_keys(T* dst, const __nv_fp8_storage_t* src, int key0,
-                                                  int lane) {
-  constexpr int kPiecesPerRow = D / 8, kPieces = kKeys * kPiecesPerRow / 32;
-  static_assert(kPieces * 32 == kKeys * kPiecesPerRow, "whole pieces per lane");
-#pragma unroll
-  for (int i = 0; i < kPieces; ++i) {
-    const int idx = lane + 32 * i;
-    const int r = key0 + idx / kPiecesPerRow, c = idx % kPiecesPerRow;
-    const uint2 raw = *reinterpret_cast<const uint2*>(src + r * D + c * 8);
-    *reinterpret_cast<uint4*>(dst + Tile::offset(r, c * 8)) = e4m3x8_to<T>(raw);
-  }
-}
+// into a tile of fp16 in Tile's swizzled layout. Lane l converts the 8-byte pieces l, l + 32, ... of
+// those rows: a quarter-warp reads 64 contiguous bytes and writes the 8 chunks of one swizzled row
+// group, both free of bank conflicts by this count (yet ncu counted 22.6% of these stores'
+// wavefronts as conflicts on an H200: WORKLOG, "Flash decode", session 43).
+// The lane's addresses are computed once, in the constructor, and held in registers: left to
+// itself, ptxas recomputed every piece's swizzled offset in every tile (d = 128: ~8 integer
+// instructions per 8 bytes converted, in a loop bound by its instruction stream).
+template <class Tile, int D, int kKeys>
+struct E4m3Conversion {
+  static constexpr int kPiecesPerRow = D / 8, kPieces = kKeys * kPiecesPerRow / 32;
+  static constexpr int kRowsPerPiece = 32 / kPiecesPerRow;  // piece i + 1 lies this many rows below i
+  // Pieces i and i + kPeriod lie 8 rows apart: the same swizzle, 8 rows' bytes further on.
+  static constexpr int kPeriod = 8 / kRowsPerPiece;
+  static_assert(kPiecesPerRow <= 32 && kPieces * 32 == kKeys * kPiecesPerRow && kPieces % kPeriod == 0,
+                "whole pieces per lane, whole swizzle periods");
+  uint32_t src;           // byte offset of the lane's piece 0 in a staged tile
+  uint32_t dst[kPeriod];  // shared-window byte addresses of pieces 0 .. kPeriod - 1, converted
 
+  // converted: the fp16 tile's shared-window address; key0: a multiple of 8 (the swizzle's rows).
+  __device__ __forceinline__ E4m3Conversion(uint32_t converted, int key0, int lane) {
+    const int r = key0 + lane / kPiecesPerRow, c = lane % kPiecesPerRow;
+    src = r * D + c * 8;
+#pragma unroll
+    for (int k = 0; k < kPeriod; ++k) {
+      dst[k] = converted + 2 * Tile::offset(r + k * kRowsPerPiece, c * 8);
+      asm volatile("" : "+r"(dst[k]));  // held, not recomputed in the loop
+    }
+  }
+  // staged: the staged tile's shared-window address.
+  __device__ __forceinline__ void operator()(uint32_t staged) const {
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      uint2 raw;
+      asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(raw.x), "=r"(raw.y)
+                   : "r"(staged + src + i * kRowsPerPiece * D) : "memory");
+      const uint4 h = e4m3x8_to<__half>(raw);
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst[i % kPeriod] + (i / kPeriod) * 16 * D),
+                   "r"(h.x), "r"(h.y), "r"(h.z), "r"(h.w) : "memory");
+    }
+  }
+};
+
+// A bf16 or fp16 cache's kernel converts nothing.
+struct NoE4m3Conversion {
+  __device__ __forceinline__ NoE4m3Conversion(uint32_t, int, int) {}
+  __device__ __forceinline__ void operator()(uint32_t) const {}
+};
 
 // A bf16 Q tile (Tile's swizzled layout, kRows x D) converted in place into fp16, row r scaled by
 // 2^e_r so that its largest magnitude lies in [2^14, 2^15) (fp16_row_exponent: a row of zeros or
@@ -248,11 +277,10 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
       }
     }
   };
+  // Pages smaller than half a tile: key j's row, in the page looked up for pass i.
   auto row_offset = [&](int i, int j, int64_t outer_stride, int64_t row_stride) -> int64_t {
-    if constexpr (kPaged)
-      return pages[i] * outer_stride + (j & ((1 << p.page_size_log2) - 1)) * row_stride;
-    else
-      return cache_row * outer_stride + static_cast<int64_t>(j) * row_stride;
+    if constexpr (kPaged) return pages[i] * outer_stride + (j & ((1 << p.page_size_log2) - 1)) * row_stride;
+    else return 0;  // (contiguous caches: k_next / v_next in load_tile)
   };
   // A tile in pages (tile_in_pages): the offset of the first row of its half `half` (row
   // half * kBlockN / 2), so that row half * kBlockN / 2 + r is at offset + r * row_stride. With two
@@ -270,6 +298,19 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
   // uninitialized descriptor register, which the H100 rejects (illegal instruction).
   uint32_t ring_addr = static_cast<uint32_t>(__cvta_generic_to_shared(sK));
   asm volatile("" : "+r"(ring_addr));
+  // Contiguous caches: this thread's copy in row r0 of tile 0, and the step between its passes'
+  // rows, held (the step opaque, as load_rows_async does): each copy's source is then one 64-bit add.
+  // Left to itself, ptxas computed every copy's 64-bit address from scratch in every tile (d = 128,
+  // e4m3: ~140 integer instructions for the tile's 16 copies).
+  const Tc* k_row0 = nullptr;
+  const Tc* v_row0 = nullptr;
+  int64_t k_pass_step = 0, v_pass_step = 0;
+  if constexpr (!kPaged) {
+    k_row0 = k_base + cache_row * p.k_outer_stride + r0 * p.k_row_stride + c * kChunkElems;
+    v_row0 = v_base + cache_row * p.v_outer_stride + r0 * p.v_row_stride + c * kChunkElems;
+    k_pass_step = kRowsPerPass * p.k_row_stride, v_pass_step = kRowsPerPass * p.v_row_stride;
+    asm volatile("" : "+l"(k_pass_step), "+l"(v_pass_step));
+  }
   auto load_tile = [&](int tile) {
     Tc* sk = sK + (tile % kStages) * TileKV::kElems;
     Tc* sv = sV + (tile % kStages) * TileKV::kElems;
@@ -281,25 +322,40 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
         v_half[half] = half_offset(tile, half, p.v_outer_stride, p.v_row_stride);
       }
     }
+    // !kPaged: this tile's row r0 (then advanced by a pass at a time).
+    const Tc* k_next = k_row0;
+    const Tc* v_next = v_row0;
+    if constexpr (!kPaged) {
+      k_next += static_cast<int64_t>(tile) * kBlockN * p.k_row_stride;
+      v_next += static_cast<int64_t>(tile) * kBlockN * p.v_row_stride;
+    }
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const int r = r0 + i * kRowsPerPass, j = tile * kBlockN + r;
       // The pass's half, and its row in that half: the same rows in both halves.
       const int half = i < kPasses / 2 ? 0 : 1, r_in_half = r0 + (i % (kPasses / 2)) * kRowsPerPass;
       const bool valid = j < n_keys;
-      const Tc* k_src = !valid        ? k_base
-                        : tile_in_pages ? k_base + (k_half[half] + static_cast<int64_t>(r_in_half) * p.k_row_stride)
-                                        : k_base + row_offset(i, j, p.k_outer_stride, p.k_row_stride);
-      const Tc* v_src = !valid        ? v_base
-                        : tile_in_pages ? v_base + (v_half[half] + static_cast<int64_t>(r_in_half) * p.v_row_stride)
-                                        : v_base + row_offset(i, j, p.v_outer_stride, p.v_row_stride);
+      const Tc* k_src;
+      const Tc* v_src;
+      if constexpr (kPaged) {
+        k_src = !valid        ? k_base
+                : tile_in_pages ? k_base + (k_half[half] + static_cast<int64_t>(r_in_half) * p.k_row_stride)
+                                : k_base + row_offset(i, j, p.k_outer_stride, p.k_row_stride);
+        v_src = !valid        ? v_base
+                : tile_in_pages ? v_base + (v_half[half] + static_cast<int64_t>(r_in_half) * p.v_row_stride)
+                                : v_base + row_offset(i, j, p.v_outer_stride, p.v_row_stride);
+      } else {
+        k_src = valid ? k_next : k_base, v_src = valid ? v_next : v_base;
+        k_next += k_pass_step, v_next += v_pass_step;
+      }
+      const int chunk = kPaged ? c * kChunkElems : 0;  // (k_next / v_next include it)
       if constexpr (kFp8) {
         const uint32_t k_dst = ring_addr + ((tile % kStages) * TileKV::kElems + stage_offset(r, c));
-        cp_async_16(k_dst, k_src + c * kChunkElems, valid, l2_policy);
-        cp_async_16(k_dst + kStages * TileKV::kElems, v_src + c * kChunkElems, valid, l2_policy);
+        cp_async_16(k_dst, k_src + chunk, valid, l2_policy);
+        cp_async_16(k_dst + kStages * TileKV::kElems, v_src + chunk, valid, l2_policy);
       } else {
-        cp_async_16(sk + stage_offset(r, c), k_src + c * kChunkElems, valid, l2_policy);
-        cp_async_16(sv + stage_offset(r, c), v_src + c * kChunkElems, valid, l2_policy);
+        cp_async_16(sk + stage_offset(r, c), k_src + chunk, valid, l2_policy);
+        cp_async_16(sv + stage_offset(r, c), v_src + chunk, valid, l2_policy);
       }
     }
   };
@@ -339,6 +395,9 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
   zero(o);
   float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.f, 0.f}};
   const int key0 = warp * kKeysPerWarp;  // this warp's keys in each tile
+  static_assert(kKeysPerWarp % 8 == 0, "each warp's keys start a swizzle period");
+  using Conversion = std::conditional_t<kFp8, E4m3Conversion<TileKV, D, kKeysPerWarp>, NoE4m3Conversion>;
+  const Conversion convert_e4m3(static_cast<uint32_t>(__cvta_generic_to_shared(sConverted)), key0, lane);
   // A bf16 q with an e4m3 cache: Q (commit group 0) into fp16, rows scaled (header).
   float row_unscale[2] = {1.f, 1.f};
   if constexpr (kScaleQ) {
@@ -361,7 +420,7 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
     const Tm* sKt;
     const Tm* sVt;
     if constexpr (kFp8) {  // this warp's keys of K, converted to Tm (V follows after S)
-      convert_e4m3_keys<Tm, TileKV, D, kKeysPerWarp>(sConverted, sK + (t % kStages) * TileKV::kElems, key0, lane);
+      convert_e4m3(ring_addr + (t % kStages) * TileKV::kElems);
       __syncwarp();  // the warp's ldmatrix reads other lanes' conversions
       sKt = sVt = sConverted;
     } else {
@@ -383,7 +442,7 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
       });
     if constexpr (kFp8) {  // K's rows are read (S is in registers): V replaces them
       __syncwarp();
-      convert_e4m3_keys<Tm, TileKV, D, kKeysPerWarp>(sConverted, sV + (t % kStages) * TileKV::kElems, key0, lane);
+      convert_e4m3(ring_addr + (kStages + t % kStages) * TileKV::kElems);
     }
     online_softmax_tile(s, row_max, row_sum, o, factor);
     if constexpr (kFp8) {
