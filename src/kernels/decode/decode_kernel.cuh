@@ -106,16 +106,28 @@ struct E4m3Conversion {
       asm volatile("" : "+r"(dst[k]));  // held, not recomputed in the loop
     }
   }
-  // staged: the staged tile's shared-window address.
+  // staged: the staged tile's shared-window address. The pieces go in batches: kBatch loads, then
+  // their conversions and stores, so that the loads' latency is paid once per batch rather than
+  // once per piece (the asm statements keep their order; the staged and converted tiles are
+  // disjoint). ncu, H200, d = 128 before batching: short-scoreboard stalls 44% of the cycles
+  // between a warp's instructions, at 2 warps per scheduler. d = 256 batches fewer: registers.
   __device__ __forceinline__ void operator()(uint32_t staged) const {
+    constexpr int kBatch = kPieces < (D == 256 ? 4 : 8) ? kPieces : (D == 256 ? 4 : 8);
+    static_assert(kPieces % kBatch == 0, "whole batches");
 #pragma unroll
-    for (int i = 0; i < kPieces; ++i) {
-      uint2 raw;
-      asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(raw.x), "=r"(raw.y)
-                   : "r"(staged + src + i * kRowsPerPiece * D) : "memory");
-      const uint4 h = e4m3x8_to<__half>(raw);
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst[i % kPeriod] + (i / kPeriod) * 16 * D),
-                   "r"(h.x), "r"(h.y), "r"(h.z), "r"(h.w) : "memory");
+    for (int i0 = 0; i0 < kPieces; i0 += kBatch) {
+      uint2 raw[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k)
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(raw[k].x), "=r"(raw[k].y)
+                     : "r"(staged + src + (i0 + k) * kRowsPerPiece * D) : "memory");
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int i = i0 + k;
+        const uint4 h = e4m3x8_to<__half>(raw[k]);
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst[i % kPeriod] + (i / kPeriod) * 16 * D),
+                     "r"(h.x), "r"(h.y), "r"(h.z), "r"(h.w) : "memory");
+      }
     }
   }
 };
