@@ -22,7 +22,8 @@
 // The e4m3 cache's GEMMs run in fp16 whatever q's dtype (Tm below): e4m3 converts to fp16 exactly in
 // one instruction per pair, to bf16 only through fp32 (the d = 128 loop, 128 keys, contiguous:
 // 1374 instructions converting to bf16, 520 of them conversions; 1022 converting to fp16, 136; on
-// an H200 at batch 64 x 16k, 3.00 -> 3.17 TB/s, all e4m3 rows 1.044x: WORKLOG, "Flash decode").
+// an H200 at batch 64 x 16k, 3.00 -> 3.17 TB/s, all e4m3 rows 1.044x; then 3.56 with the
+// conversion's loads batched, E4m3Conversion: WORKLOG, "Flash decode").
 // A bf16 q is converted once into fp16 in place, each row scaled by a power of two that puts its
 // largest value in [2^14, 2^15) (exact: bf16's 8-bit significands fit fp16's 11; only values below
 // 2^-28 of the row's largest lose bits, to fp16's subnormals), and its scores scaled back after the
@@ -84,7 +85,9 @@ struct PackedRow {
 // wavefronts as conflicts on an H200: WORKLOG, "Flash decode", session 43).
 // The lane's addresses are computed once, in the constructor, and held in registers: left to
 // itself, ptxas recomputed every piece's swizzled offset in every tile (d = 128: ~8 integer
-// instructions per 8 bytes converted, in a loop bound by its instruction stream).
+// instructions per 8 bytes converted). That and the copies' held sources (load_tile) took the
+// d = 128 loop from 1022 to 841 instructions for +1% (H200): the loop was bound by latency, not
+// by issue (ncu then: issue slots 32% busy, 0.38 eligible warps per scheduler).
 template <class Tile, int D, int kKeys>
 struct E4m3Conversion {
   static constexpr int kPiecesPerRow = D / 8, kPieces = kKeys * kPiecesPerRow / 32;
@@ -110,7 +113,9 @@ struct E4m3Conversion {
   // their conversions and stores, so that the loads' latency is paid once per batch rather than
   // once per piece (the asm statements keep their order; the staged and converted tiles are
   // disjoint). ncu, H200, d = 128 before batching: short-scoreboard stalls 44% of the cycles
-  // between a warp's instructions, at 2 warps per scheduler. d = 256 batches fewer: registers.
+  // between a warp's instructions, at 2 warps per scheduler; batched, the e4m3 sweep ran 1.07x
+  // (b 64 x 16k 3.16 -> 3.56 TB/s; WORKLOG, "Flash decode", session 44). d = 256 batches fewer
+  // pieces (registers: 241 of its 255).
   __device__ __forceinline__ void operator()(uint32_t staged) const {
     constexpr int kBatch = kPieces < (D == 256 ? 4 : 8) ? kPieces : (D == 256 ? 4 : 8);
     static_assert(kPieces % kBatch == 0, "whole batches");
