@@ -299,73 +299,69 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
     if constexpr (kPaged) return pages[i] * outer_stride + (j & ((1 << p.page_size_log2) - 1)) * row_stride;
     else return 0;  // (contiguous caches: k_next / v_next in load_tile)
   };
-  // A tile in pages (tile_in_pages): the offset of the first row of its half `half` (row
-  // half * kBlockN / 2), so that row half * kBlockN / 2 + r is at offset + r * row_stride. With two
-  // pages the tile starts a page and its second half starts the other.
-  auto half_offset = [&](int tile, int half, int64_t outer_stride, int64_t row_stride) -> int64_t {
-    if constexpr (kPaged) {
-      if (two_pages) return pages[half] * outer_stride;
-      return pages[0] * outer_stride + (((tile * kBlockN) & (page_keys - 1)) + half * (kBlockN / 2)) * row_stride;
-    } else {
-      return 0;
-    }
+  // A tile in pages (tile_in_pages): the offset of its first row, so that row r of the tile (of its
+  // first half, with two pages) is at offset + r * row_stride. With two pages the tile starts a
+  // page and its second half starts the other, at pages[1] * outer_stride.
+  auto tile_offset = [&](int tile, int64_t outer_stride, int64_t row_stride) -> int64_t {
+    if constexpr (kPaged) return pages[0] * outer_stride + ((tile * kBlockN) & (page_keys - 1)) * row_stride;
+    else return 0;
   };
   // e4m3: the ring's shared-window address, opaque to the compiler. Left to fold the linear
   // offsets itself, ptxas 13.0 emitted the e4m3 loop's cp.async as LDGSTS [R + UR + imm] with an
   // uninitialized descriptor register, which the H100 rejects (illegal instruction).
   uint32_t ring_addr = static_cast<uint32_t>(__cvta_generic_to_shared(sK));
   asm volatile("" : "+r"(ring_addr));
-  // Contiguous caches: this thread's copy in row r0 of tile 0, and the step between its passes'
-  // rows, held (the step opaque, as load_rows_async does): each copy's source is then one 64-bit add.
-  // Left to itself, ptxas computed every copy's 64-bit address from scratch in every tile (d = 128,
-  // e4m3: ~140 integer instructions for the tile's 16 copies).
+  // Contiguous caches and tiles in pages: this thread's copy in row r0 (of tile 0 of the sequence,
+  // or of a page's first row), and the step between its passes' rows, held (the step opaque, as
+  // load_rows_async does): each copy's source is then one 64-bit add. Left to itself, ptxas
+  // computed every copy's 64-bit address from scratch in every tile (d = 128, e4m3: ~140 integer
+  // instructions for the tile's 16 copies in a contiguous cache; 64-bit products by the row
+  // stride in pages).
+  constexpr bool kHeldRows = !kPaged || tile_in_pages;
   const Tc* k_row0 = nullptr;
   const Tc* v_row0 = nullptr;
   int64_t k_pass_step = 0, v_pass_step = 0;
-  if constexpr (!kPaged) {
-    k_row0 = k_base + cache_row * p.k_outer_stride + r0 * p.k_row_stride + c * kChunkElems;
-    v_row0 = v_base + cache_row * p.v_outer_stride + r0 * p.v_row_stride + c * kChunkElems;
+  if constexpr (kHeldRows) {
+    const int64_t first_row = kPaged ? 0 : cache_row;  // (pages: tile_offset adds the page)
+    k_row0 = k_base + first_row * p.k_outer_stride + r0 * p.k_row_stride + c * kChunkElems;
+    v_row0 = v_base + first_row * p.v_outer_stride + r0 * p.v_row_stride + c * kChunkElems;
     k_pass_step = kRowsPerPass * p.k_row_stride, v_pass_step = kRowsPerPass * p.v_row_stride;
     asm volatile("" : "+l"(k_pass_step), "+l"(v_pass_step));
   }
   auto load_tile = [&](int tile) {
     Tc* sk = sK + (tile % kStages) * TileKV::kElems;
     Tc* sv = sV + (tile % kStages) * TileKV::kElems;
-    int64_t k_half[2] = {0, 0}, v_half[2] = {0, 0};  // tile_in_pages: half_offset of each half
-    if constexpr (tile_in_pages) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        k_half[half] = half_offset(tile, half, p.k_outer_stride, p.k_row_stride);
-        v_half[half] = half_offset(tile, half, p.v_outer_stride, p.v_row_stride);
-      }
-    }
-    // !kPaged: this tile's row r0 (then advanced by a pass at a time).
+    // kHeldRows: this tile's row r0, then advanced by a pass at a time (in two pages: from the
+    // second page's first row at the second half, whose passes have the first half's rows).
     const Tc* k_next = k_row0;
     const Tc* v_next = v_row0;
-    if constexpr (!kPaged) {
+    if constexpr (tile_in_pages) {
+      k_next += tile_offset(tile, p.k_outer_stride, p.k_row_stride);
+      v_next += tile_offset(tile, p.v_outer_stride, p.v_row_stride);
+    } else if constexpr (!kPaged) {
       k_next += static_cast<int64_t>(tile) * kBlockN * p.k_row_stride;
       v_next += static_cast<int64_t>(tile) * kBlockN * p.v_row_stride;
     }
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const int r = r0 + i * kRowsPerPass, j = tile * kBlockN + r;
-      // The pass's half, and its row in that half: the same rows in both halves.
-      const int half = i < kPasses / 2 ? 0 : 1, r_in_half = r0 + (i % (kPasses / 2)) * kRowsPerPass;
       const bool valid = j < n_keys;
+      if constexpr (tile_in_pages) {
+        if (i == kPasses / 2 && two_pages) {  // (each pass lies in one half)
+          k_next = k_row0 + pages[1] * p.k_outer_stride;
+          v_next = v_row0 + pages[1] * p.v_outer_stride;
+        }
+      }
       const Tc* k_src;
       const Tc* v_src;
-      if constexpr (kPaged) {
-        k_src = !valid        ? k_base
-                : tile_in_pages ? k_base + (k_half[half] + static_cast<int64_t>(r_in_half) * p.k_row_stride)
-                                : k_base + row_offset(i, j, p.k_outer_stride, p.k_row_stride);
-        v_src = !valid        ? v_base
-                : tile_in_pages ? v_base + (v_half[half] + static_cast<int64_t>(r_in_half) * p.v_row_stride)
-                                : v_base + row_offset(i, j, p.v_outer_stride, p.v_row_stride);
-      } else {
+      if constexpr (kHeldRows) {
         k_src = valid ? k_next : k_base, v_src = valid ? v_next : v_base;
         k_next += k_pass_step, v_next += v_pass_step;
+      } else {
+        k_src = valid ? k_base + row_offset(i, j, p.k_outer_stride, p.k_row_stride) : k_base;
+        v_src = valid ? v_base + row_offset(i, j, p.v_outer_stride, p.v_row_stride) : v_base;
       }
-      const int chunk = kPaged ? c * kChunkElems : 0;  // (k_next / v_next include it)
+      const int chunk = kHeldRows ? 0 : c * kChunkElems;  // (k_next / v_next include it)
       if constexpr (kFp8) {
         const uint32_t k_dst = ring_addr + ((tile % kStages) * TileKV::kElems + stage_offset(r, c));
         cp_async_16(k_dst, k_src + chunk, valid, l2_policy);
