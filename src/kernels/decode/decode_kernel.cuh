@@ -280,9 +280,10 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
   constexpr bool tile_in_pages = kPaged && kLargePages;
   const bool two_pages = page_keys < kBlockN;  // (with tile_in_pages: page_keys == kBlockN / 2)
   int pages[kPasses];
-  auto page_of = [&](int j) {
-    return j < n_keys ? p.page_table[b * p.page_table_batch_stride +
-                                     static_cast<int64_t>(j >> p.page_size_log2) * p.page_table_page_stride]
+  const int* page_row = kPaged ? p.page_table + b * p.page_table_batch_stride : nullptr;  // sequence b's pages
+  auto page_of = [&](int j) {  // (j >= 0: the product unsigned, as in row_offset)
+    return j < n_keys ? page_row[static_cast<uint32_t>(j >> p.page_size_log2) *
+                                 static_cast<uint64_t>(p.page_table_page_stride)]
                       : 0;
   };
   auto fetch_pages = [&](int tile) {
@@ -296,10 +297,17 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
       }
     }
   };
-  // Pages smaller than half a tile: key j's row, in the page looked up for pass i.
-  auto row_offset = [&](int i, int j, int64_t outer_stride, int64_t row_stride) -> int64_t {
-    if constexpr (kPaged) return pages[i] * outer_stride + (j & ((1 << p.page_size_log2) - 1)) * row_stride;
-    else return 0;  // (contiguous caches: k_next / v_next in load_tile)
+  // Pages smaller than half a tile: the row of tile row r (pass i), in the page looked up for pass
+  // i. Such pages divide the tile (powers of two), so the row's place in its page is r's. The
+  // products are unsigned 32 x 64 bits (a page index and a row in a page are never negative): two
+  // multiply-adds each rather than three with the sign.
+  auto row_offset = [&](int i, int r, int64_t outer_stride, int64_t row_stride) -> int64_t {
+    if constexpr (kPaged) {
+      const uint32_t page = static_cast<uint32_t>(pages[i]), in_page = r & ((1 << p.page_size_log2) - 1);
+      return static_cast<int64_t>(page * static_cast<uint64_t>(outer_stride) + in_page * static_cast<uint64_t>(row_stride));
+    } else {
+      return 0;  // (contiguous caches: k_next / v_next in load_tile)
+    }
   };
   // A tile in pages (tile_in_pages): the offset of its first row, so that row r of the tile (of its
   // first half, with two pages) is at offset + r * row_stride. With two pages the tile starts a
@@ -360,8 +368,8 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
         k_src = valid ? k_next : k_base, v_src = valid ? v_next : v_base;
         k_next += k_pass_step, v_next += v_pass_step;
       } else {
-        k_src = valid ? k_base + row_offset(i, j, p.k_outer_stride, p.k_row_stride) : k_base;
-        v_src = valid ? v_base + row_offset(i, j, p.v_outer_stride, p.v_row_stride) : v_base;
+        k_src = valid ? k_base + row_offset(i, r, p.k_outer_stride, p.k_row_stride) : k_base;
+        v_src = valid ? v_base + row_offset(i, r, p.v_outer_stride, p.v_row_stride) : v_base;
       }
       const int chunk = kHeldRows ? 0 : c * kChunkElems;  // (k_next / v_next include it)
       if constexpr (kFp8) {
