@@ -43,10 +43,10 @@ HEADLINES = [
     ("FP8 forward, block scales (k8)", "2026-11-27-h200-peers-k7-k8-fp8-24fdc25.json", "k8", ["fa3_fp8"], "fwd"),
     ("decode, bf16 cache", "2026-11-27-h200-decode-peers-24fdc25.json", "decode", ["cudnn", "fa3"], "decode"),
     ("decode, bf16 paged cache", "2026-11-27-h200-decode-peers-24fdc25.json", "decode_paged", ["cudnn", "fa3"], "decode"),
-    # The e4m3 cache after its GEMMs moved to fp16, its addresses were held and its conversion batched
-    # (session 44; run in session 45): hfa and fa3_fp8 in one call.
-    ("decode, e4m3 cache", "2026-11-27-h200-decode-e4m3-peers-53f9da8.json", "decode_e4m3", ["fa3_fp8"], "decode"),
-    ("decode, e4m3 paged cache", "2026-11-27-h200-decode-e4m3-peers-53f9da8.json", "decode_paged_e4m3", ["fa3_fp8"],
+    # The e4m3 cache after its GEMMs moved to fp16, its addresses were held, its conversion batched
+    # (session 44) and its pages' addresses held (session 45): hfa and fa3_fp8 in one call.
+    ("decode, e4m3 cache", "2026-11-27-h200-decode-e4m3-peers-acac622.json", "decode_e4m3", ["fa3_fp8"], "decode"),
+    ("decode, e4m3 paged cache", "2026-11-27-h200-decode-e4m3-peers-acac622.json", "decode_paged_e4m3", ["fa3_fp8"],
      "decode"),
 ]
 
