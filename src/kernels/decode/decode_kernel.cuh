@@ -270,11 +270,12 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
   // pointers from the first row in each page (k_row0 below; held rather than a 64-bit product per
   // copy: the e4m3 loop at d = 128 972 -> 911 instructions, e4m3 in pages of 64 1.045x on an H200,
   // WORKLOG, "Flash decode", session 45). (A pass's rows, r0 + i kRowsPerPass for r0 <
-  // kRowsPerPass, lie in one half.) Smaller pages: a lookup per row. The per-row lookups and 64-bit products cost the e4m3
-  // kernel, whose conversion already fills the issue slots, 10-24% against the contiguous cache
-  // (hfa-bench --decode, shuffled pages and pages in order alike: not the pages' locality). Two
-  // kernels rather than a runtime branch between the paths: with both in its loop, the e4m3
-  // kernel's loop had 2016 instructions against the contiguous cache's 1374 (1456 alone).
+  // kRowsPerPass, lie in one half.) Smaller pages: a lookup per row; its lookups and products cost
+  // the e4m3 kernel, whose conversion already fills much of the issue slots, ~15% against pages of
+  // 64 (H200, b 64 x 16k, d = 128, after acac622; shuffled pages and pages in order alike: not the
+  // pages' locality). Two kernels rather than a runtime branch between the paths: with both in its
+  // loop, the e4m3 kernel's loop had 2016 instructions against the contiguous cache's 1374 (1456
+  // alone; session 42's code).
   static_assert(kPasses % 2 == 0, "each pass lies in one half of the tile");
   const int page_keys = 1 << p.page_size_log2;
   constexpr bool tile_in_pages = kPaged && kLargePages;
