@@ -1,5 +1,6 @@
-// Rules every tensor argument of the API follows, shared by the validation of forward/backward/
-// quantize (validate.cpp) and of decode (validate_decode.cpp). Each error names the argument.
+// Rules every tensor argument of the API follows, shared by the validation of the forward
+// (validate.cpp), the backward (backward.cpp), quantize_fp8 (quantize.cpp), decode (decode.cpp) and
+// merge_attention (merge.cpp). Each error names the argument.
 #pragma once
 
 #include <initializer_list>
@@ -22,6 +23,10 @@ Status check_attention_tensor(const TensorView& t, const char* name, DType dtype
 // a.shape[a_dim] == b.shape[b_dim]; `what` names the dimension for the message.
 Status check_same_dim(const TensorView& a, const char* a_name, int a_dim, const TensorView& b,
                       const char* b_name, int b_dim, const char* what);
+
+// A packed (total, heads, head_dim) tensor (a variable-length batch) as the (1, total, heads,
+// head_dim) view the dense rules check (the batch stride is never used: 0).
+TensorView as_one_batch(const TensorView& t);
 
 // Whether an optional tensor argument was given (a data pointer, or a shape for empty tensors).
 bool given(const TensorView& t);

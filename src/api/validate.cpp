@@ -23,6 +23,15 @@ std::string shape_string(const TensorView& t) {
   return s + ")";
 }
 
+TensorView as_one_batch(const TensorView& t) {
+  TensorView r = t;
+  r.rank = 4;
+  for (int i = 3; i >= 1; --i) r.shape[i] = t.shape[i - 1], r.stride[i] = t.stride[i - 1];
+  r.shape[0] = 1;
+  r.stride[0] = 0;
+  return r;
+}
+
 // Rules every tensor argument follows: its rank, sane sizes and strides, a pointer when non-empty.
 Status check_tensor(const TensorView& t, const char* name, int rank, const char* dims) {
   if (t.rank != rank)
@@ -204,17 +213,6 @@ Status check_int_vector(const TensorView& t, const char* name, const char* dims,
     return make_error(kInvalid, "%s: data pointer is null", name);
   return Status::Ok();
 }
-
-// A packed (total, heads, head_dim) tensor as the (1, total, heads, head_dim) view the dense rules
-// check (the batch stride is never used: 0).
-TensorView as_one_batch(const TensorView& t) {
-  TensorView r = t;
-  r.rank = 4;
-  for (int i = 3; i >= 1; --i) r.shape[i] = t.shape[i - 1], r.stride[i] = t.stride[i - 1];
-  r.shape[0] = 1;
-  r.stride[0] = 0;
-  return r;
-}
 }  // namespace
 
 // Variable-length batches (ForwardArgs::cu_seqlens_q ...): their own rules and ranks, then the
@@ -366,72 +364,6 @@ Status normalize_dense(const ForwardArgs& args, FwdProblem* p) {
 }
 }  // namespace
 
-Status normalize_quantize(const QuantizeFp8Args& a, QuantizeProblem* p) {
-  const TensorView &q = a.q, &k = a.k, &v = a.v;
-  if (q.dtype != DType::kBF16 && q.dtype != DType::kFP16)
-    return make_error(kInvalid, "q: dtype %s; quantize_fp8 takes bf16 or fp16", to_string(q.dtype));
-  HFA_RETURN_IF_ERROR(check_attention_tensor(q, "q", q.dtype));
-  HFA_RETURN_IF_ERROR(check_attention_tensor(k, "k", q.dtype));
-  HFA_RETURN_IF_ERROR(check_attention_tensor(v, "v", q.dtype));
-  HFA_RETURN_IF_ERROR(check_same_dim(k, "k", 0, q, "q", 0, "batch"));
-  HFA_RETURN_IF_ERROR(check_same_dim(k, "k", 3, q, "q", 3, "head_dim"));
-  for (int d = 0; d < 4; ++d) HFA_RETURN_IF_ERROR(check_same_dim(v, "v", d, k, "k", d, "shape"));
-  const int64_t batch = q.shape[0], heads_q = q.shape[2], heads_kv = k.shape[2], head_dim = q.shape[3];
-  if (heads_q < 1 || heads_kv < 1)
-    return make_error(kInvalid, "%s: heads is 0; must be at least 1", heads_q < 1 ? "q" : "k");
-  if (heads_q % heads_kv != 0)
-    return make_error(kInvalid, "k: heads_q (%lld) must be a multiple of heads_kv (%lld) for GQA/MQA",
-                      (long long)heads_q, (long long)heads_kv);
-  if (head_dim != 64 && head_dim != 128 && head_dim != 256)
-    return make_error(kInvalid, "q: head_dim is %lld; quantize_fp8 takes 64, 128 or 256",
-                      (long long)head_dim);
-  struct Out { const TensorView& t; const char* name; const TensorView& like; const char* like_name; };
-  for (const Out& o : {Out{a.q_out, "q_out", q, "q"}, Out{a.k_out, "k_out", k, "k"}, Out{a.v_out, "v_out", v, "v"}}) {
-    HFA_RETURN_IF_ERROR(check_attention_tensor(o.t, o.name, DType::kE4M3));
-    for (int d = 0; d < 4; ++d) HFA_RETURN_IF_ERROR(check_same_dim(o.t, o.name, d, o.like, o.like_name, d, "shape"));
-  }
-  auto blocks = [](int64_t seqlen) { return (seqlen + kFp8ScaleBlock - 1) / kFp8ScaleBlock; };
-  if (a.block) {
-    HFA_RETURN_IF_ERROR(check_descale_tensor(a.q_descale, "q_descale", "(batch, heads_q, ceil(seqlen_q / 128))",
-                                             {batch, heads_q, blocks(q.shape[1])}));
-    HFA_RETURN_IF_ERROR(check_descale_tensor(a.k_descale, "k_descale", "(batch, heads_kv, ceil(seqlen_k / 128))",
-                                             {batch, heads_kv, blocks(k.shape[1])}));
-  } else {
-    HFA_RETURN_IF_ERROR(check_descale_tensor(a.q_descale, "q_descale", "(batch, heads_kv)", {batch, heads_kv}));
-    HFA_RETURN_IF_ERROR(check_descale_tensor(a.k_descale, "k_descale", "(batch, heads_kv)", {batch, heads_kv}));
-  }
-  HFA_RETURN_IF_ERROR(check_descale_tensor(a.v_descale, "v_descale", "(batch, heads_kv)", {batch, heads_kv}));
-
-  QuantizeProblem r;
-  auto fill = [](QuantizeProblem::Tensor* t, const TensorView& in, const TensorView& out,
-                 const TensorView& descale, bool block) {
-    t->in = in.data;
-    t->out = out.data;
-    t->in_batch_stride = in.stride[0]; t->in_row_stride = in.stride[1]; t->in_head_stride = in.stride[2];
-    t->out_batch_stride = out.stride[0]; t->out_row_stride = out.stride[1]; t->out_head_stride = out.stride[2];
-    t->seqlen = static_cast<int>(in.shape[1]);
-    t->heads = static_cast<int>(in.shape[2]);
-    t->descale = static_cast<float*>(descale.data);
-    t->descale_batch_stride = descale.stride[0];
-    t->descale_head_stride = descale.stride[1];
-    t->descale_block_stride = block ? descale.stride[2] : 0;
-    t->block = block;
-  };
-  fill(&r.q, q, a.q_out, a.q_descale, a.block);
-  fill(&r.k, k, a.k_out, a.k_descale, a.block);
-  fill(&r.v, v, a.v_out, a.v_descale, false);
-  r.q.hadamard = r.k.hadamard = a.hadamard;
-  r.k.minus_mean = a.subtract_mean_key;
-  r.dtype = q.dtype;
-  r.batch = static_cast<int>(batch);
-  r.heads_q = static_cast<int>(heads_q);
-  r.heads_kv = static_cast<int>(heads_kv);
-  r.head_dim = static_cast<int>(head_dim);
-  r.hadamard_seed = a.hadamard_seed;
-  *p = r;
-  return Status::Ok();
-}
-
 namespace {
 
 // A forward kernel takes either bf16/fp16 inputs or e4m3 ones (KernelEntry::fp8), never both.
@@ -561,83 +493,6 @@ Status select_kernel_for(const std::string& name, const FwdProblem& problem,
 Status select_backward_kernel_for(const std::string& name, const BwdProblem& problem,
                                   const DeviceInfo& device, const BackwardKernelEntry** kernel) {
   return select_from(backward_registry(), "backward", name, problem, device, kernel);
-}
-
-Status normalize_backward(const BackwardArgs& args, BwdProblem* bp) {
-  if (args.lse.data == nullptr && args.q.numel() > 0)
-    return make_error(kInvalid, "lse: data pointer is null; the backward needs the forward's LSE "
-                                "(fp32, (batch, heads_q, seqlen_q))");
-  if (args.q.dtype == DType::kE4M3)
-    return make_error(StatusCode::kUnsupported, "q: dtype e4m3; the backward takes bf16 or fp16 "
-                      "(FP8 attention is forward-only)");
-  ForwardArgs fwd;
-  fwd.q = args.q; fwd.k = args.k; fwd.v = args.v; fwd.out = args.out; fwd.lse = args.lse;
-  fwd.softmax_scale = args.softmax_scale;
-  fwd.causal = args.causal;
-  fwd.window_left = args.window_left;
-  fwd.window_right = args.window_right;
-  fwd.softcap = args.softcap;
-  fwd.sinks = args.sinks;
-  fwd.cu_seqlens_q = args.cu_seqlens_q;
-  fwd.cu_seqlens_k = args.cu_seqlens_k;
-  fwd.max_seqlen_q = args.max_seqlen_q;
-  fwd.max_seqlen_k = args.max_seqlen_k;
-  fwd.seqused_k = args.seqused_k;
-  BwdProblem r;
-  HFA_RETURN_IF_ERROR(normalize_forward(fwd, &r.fwd));
-  if (given(args.dsinks)) {
-    if (!given(args.sinks))
-      return make_error(kInvalid, "dsinks: given without sinks; the sinks' gradient needs the sinks");
-    HFA_RETURN_IF_ERROR(check_tensor(args.dsinks, "dsinks", 1, "(heads_q)"));
-    if (args.dsinks.dtype != DType::kFP32)
-      return make_error(kInvalid, "dsinks: dtype %s; dsinks must be fp32", to_string(args.dsinks.dtype));
-    if (args.dsinks.shape[0] != r.fwd.heads_q)
-      return make_error(kInvalid, "dsinks: shape %s; expected (heads_q) = (%d)",
-                        shape_string(args.dsinks).c_str(), r.fwd.heads_q);
-    r.dsinks = static_cast<float*>(args.dsinks.data);
-    r.dsinks_stride = args.dsinks.stride[0];
-  }
-  const DType dtype = args.q.dtype;
-  // dq, dk, dv: q's dtype, or all three fp32 (dq's dtype decides which the others must have).
-  r.grads_fp32 = args.dq.dtype == DType::kFP32;
-  const DType grad_dtype = r.grad_dtype();
-  struct Grad { const TensorView& t; const char* name; const TensorView& like; const char* like_name; DType dtype; };
-  const Grad grads[] = {{args.dout, "dout", args.out, "out", dtype}, {args.dq, "dq", args.q, "q", grad_dtype},
-                        {args.dk, "dk", args.k, "k", grad_dtype}, {args.dv, "dv", args.v, "v", grad_dtype}};
-  const bool varlen = r.fwd.varlen();
-  for (const Grad& g : grads) {
-    if (varlen && g.t.rank != 3)
-      return make_error(kInvalid, "%s: expected rank 3 (total, heads, head_dim) like %s with "
-                        "cu_seqlens (a variable-length batch), got rank %d", g.name, g.like_name, g.t.rank);
-    const TensorView t = varlen ? as_one_batch(g.t) : g.t;
-    if (&g != &grads[0] && t.dtype != g.dtype)  // dq, dk, dv
-      return make_error(kInvalid, "%s: dtype %s; dq, dk and dv must all have q's dtype %s or all be "
-                        "fp32 (dq is %s)", g.name, to_string(t.dtype), to_string(dtype),
-                        to_string(args.dq.dtype));
-    HFA_RETURN_IF_ERROR(check_attention_tensor(t, g.name, g.dtype));
-    for (int d = 0; d < 4; ++d)
-      HFA_RETURN_IF_ERROR(check_same_dim(t, g.name, d, varlen ? as_one_batch(g.like) : g.like,
-                                         g.like_name, d, "shape"));
-  }
-  r.dout = args.dout.data; r.dq = args.dq.data; r.dk = args.dk.data; r.dv = args.dv.data;
-  r.do_batch_stride = args.dout.stride[0]; r.do_row_stride = args.dout.stride[1]; r.do_head_stride = args.dout.stride[2];
-  r.dq_batch_stride = args.dq.stride[0]; r.dq_row_stride = args.dq.stride[1]; r.dq_head_stride = args.dq.stride[2];
-  r.dk_batch_stride = args.dk.stride[0]; r.dk_row_stride = args.dk.stride[1]; r.dk_head_stride = args.dk.stride[2];
-  r.dv_batch_stride = args.dv.stride[0]; r.dv_row_stride = args.dv.stride[1]; r.dv_head_stride = args.dv.stride[2];
-  if (varlen) {  // packed (total, heads, head_dim): no batch dimension
-    r.do_batch_stride = r.dq_batch_stride = r.dk_batch_stride = r.dv_batch_stride = 0;
-    r.do_row_stride = args.dout.stride[0]; r.do_head_stride = args.dout.stride[1];
-    r.dq_row_stride = args.dq.stride[0]; r.dq_head_stride = args.dq.stride[1];
-    r.dk_row_stride = args.dk.stride[0]; r.dk_head_stride = args.dk.stride[1];
-    r.dv_row_stride = args.dv.stride[0]; r.dv_head_stride = args.dv.stride[1];
-  }
-  r.deterministic = args.deterministic;
-  *bp = r;
-  return Status::Ok();
-}
-
-bool is_empty(const BwdProblem& p) {
-  return p.fwd.batch == 0 || (p.fwd.seqlen_q == 0 && p.fwd.seqlen_k == 0);
 }
 
 Status query_device(DeviceInfo* info) {

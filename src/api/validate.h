@@ -19,8 +19,8 @@ bool is_empty(const FwdProblem& problem);
 Status select_kernel_for(const std::string& kernel_name, const FwdProblem& problem,
                          const DeviceInfo& device, const KernelEntry** kernel);
 
-// The backward's rules: lse required, the forward's rules for q/k/v/out/lse, and dout, dq, dk, dv
-// shaped like out, q, k, v with q's dtype and a contiguous head_dim.
+// The backward's rules (backward.cpp): lse required, the forward's rules for q/k/v/out/lse, and
+// dout, dq, dk, dv shaped like out, q, k, v with q's dtype and a contiguous head_dim.
 Status normalize_backward(const BackwardArgs& args, BwdProblem* problem);
 
 // True when the backward has nothing to write (batch == 0, or seqlen_q == seqlen_k == 0).
@@ -29,7 +29,7 @@ bool is_empty(const BwdProblem& problem);
 Status select_backward_kernel_for(const std::string& kernel_name, const BwdProblem& problem,
                                   const DeviceInfo& device, const BackwardKernelEntry** kernel);
 
-// quantize_fp8's rules (QuantizeFp8Args): the forward's for q, k, v (bf16/fp16), head_dim 64, 128
+// quantize_fp8's rules (QuantizeFp8Args; quantize.cpp): the forward's for q, k, v (bf16/fp16), head_dim 64, 128
 // or 256, e4m3 outputs shaped like the inputs, fp32 descales shaped by `block`.
 Status normalize_quantize(const QuantizeFp8Args& args, QuantizeProblem* problem);
 

@@ -1,4 +1,4 @@
-// quantize_fp8's host interface: the validated problem (src/api/validate.cpp fills it) and the
+// quantize_fp8's host interface: the validated problem (src/api/quantize.cpp fills it) and the
 // launch (quantize_fp8.cu).
 #pragma once
 
