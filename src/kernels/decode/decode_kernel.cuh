@@ -302,6 +302,8 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
   // i. Such pages divide the tile (powers of two), so the row's place in its page is r's. The
   // products are unsigned 32 x 64 bits (a page index and a row in a page are never negative): two
   // multiply-adds each rather than three with the sign.
+  static_assert(kLargePages || 2 * DecodeShape<D, kFp8, true, false>::kBlockN >= DecodeShape<D, kFp8, true, true>::kBlockN,
+                "pages below half the large-page tile (large_pages) divide this kernel's tile");
   auto row_offset = [&](int i, int r, int64_t outer_stride, int64_t row_stride) -> int64_t {
     if constexpr (kPaged) {
       const uint32_t page = static_cast<uint32_t>(pages[i]), in_page = r & ((1 << p.page_size_log2) - 1);
