@@ -242,7 +242,11 @@ struct DecodeArgs {
   //     k_cache[cache_batch_idx[b]]); its capacity is the second dimension;
   //   paged (page_table given): (num_pages, page_size, heads_kv, head_dim), page_size a power of
   //     two: key j of sequence b lives in page page_table[b][j / page_size], slot j % page_size;
-  //     the capacity is page_table's width times page_size.
+  //     the capacity is page_table's width times page_size. Speed: pages of 64 keys or more (32
+  //     for a bf16/fp16 cache at head_dim 128 / 256 and an e4m3 one at 256) are read as a
+  //     contiguous cache is, one page-table lookup per page; smaller pages take a lookup per key
+  //     row (H200, batch 64 x 16k, head_dim 128: bf16 pages of 16 ~2% slower than pages of 64,
+  //     e4m3 ~10%; docs/PERFORMANCE.md).
   // head_dim contiguous, other strides free. Written only when k_new / v_new are given.
   TensorView k_cache, v_cache;
   // int32 (batch): keys already cached per sequence, 0 .. capacity - seqlen_new. Read on the
