@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
   // copy: the e4m3 loop at d = 128 972 -> 911 instructions, e4m3 in pages of 64 1.045x on an H200,
   // WORKLOG, "Flash decode", session 45). (A pass's rows, r0 + i kRowsPerPass for r0 <
   // kRowsPerPass, lie in one half.) Smaller pages: a lookup per row; its lookups and products cost
-  // the e4m3 kernel, whose conversion already fills much of the issue slots, ~15% against pages of
+  // the e4m3 kernel, whose conversion already fills much of the issue slots, ~11% against pages of
   // 64 (H200, b 64 x 16k, d = 128, after acac622; shuffled pages and pages in order alike: not the
   // pages' locality). Two kernels rather than a runtime branch between the paths: with both in its
   // loop, the e4m3 kernel's loop had 2016 instructions against the contiguous cache's 1374 (1456
