@@ -126,6 +126,13 @@ Status check_descales(const ForwardArgs& a, int64_t heads_kv, FwdProblem* r) {
     HFA_RETURN_IF_ERROR(check_descale_tensor(a.k_block_descale, "k_block_descale",
                                              "(batch, heads_kv, ceil(seqlen_k / 128))",
                                              {batch, heads_kv, blocks(a.k.shape[1])}));
+    // k8 reads a KV tile's descales at 32-bit offsets (block x block_stride) from its row.
+    if (a.k_block_descale.stride[2] * (blocks(a.k.shape[1]) - 1) > INT32_MAX)
+      return make_error(kInvalid,
+                        "k_block_descale: block stride %lld over %lld blocks; the last block's offset "
+                        "(stride x (blocks - 1)) must stay below 2^31 elements",
+                        static_cast<long long>(a.k_block_descale.stride[2]),
+                        static_cast<long long>(blocks(a.k.shape[1])));
     auto take = [](const TensorView& t, FwdProblem::BlockDescale* out) {
       out->data = static_cast<const float*>(t.data);
       out->batch_stride = t.stride[0];

@@ -154,6 +154,13 @@ TEST(Fp8Validation, BlockDescaleShapes) {
   a = valid_fp8_block_args();
   a.q_block_descale.dtype = DType::kFP16;
   expect_error(normalize(a), StatusCode::kInvalidArgument, {"q_block_descale:", "fp16", "fp32"});
+  // The kernel's 32-bit offsets: 2^31 elements between blocks is refused, 2^30 taken.
+  a = valid_fp8_block_args();
+  a.k.shape[1] = a.v.shape[1] = 129;  // two blocks
+  a.k_block_descale = make_tensor(g_block_descale[1], DType::kFP32, {kB, kHkv, 2}, {2, 1, int64_t{1} << 30});
+  EXPECT_TRUE(normalize(a).ok()) << normalize(a).message;
+  a.k_block_descale.stride[2] = int64_t{1} << 31;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"k_block_descale:", "block stride 2147483648", "2^31"});
 }
 
 TEST(Fp8Validation, BlockDescalesComeAsAPairWithoutPerHeadOnes) {

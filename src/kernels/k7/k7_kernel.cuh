@@ -101,7 +101,7 @@ struct BlockDescale {
   }
   float q_scale_log2;
   const float* k_scales;  // this (batch, KV head)'s row of k_block_descale
-  int64_t block_stride;
+  int block_stride;       // 32-bit: validation keeps the last block's offset below 2^31
   int last_block;  // a last tile's segments past seqlen_k (all masked) read the last block's scale
   static_assert(kFp8ScaleBlock % 64 == 0, "a warpgroup's 64 rows in one Q scale block");
   __device__ BlockDescale(const FwdProblem& p, const sm90::BlockCoord& bc, int hk, int row0)
@@ -109,16 +109,28 @@ struct BlockDescale {
                      p.q_block_descale.at(bc.batch, bc.head, min(row0, p.seqlen_q - 1) / kFp8ScaleBlock)),
         k_scales(&p.k_block_descale.data[bc.batch * p.k_block_descale.batch_stride +
                                          hk * p.k_block_descale.head_stride]),
-        block_stride(p.k_block_descale.block_stride),
+        block_stride(static_cast<int>(p.k_block_descale.block_stride)),
         last_block((p.seqlen_k - 1) / kFp8ScaleBlock) {}
+  // One load per K scale block the tile touches, not one per segment: a 128-key tile lies in
+  // block n; a 192-key tile's three segments in blocks b = floor(1.5 n) and b + 1 -- segment 0 in
+  // b, segment 2 in b + 1, segment 1 (keys 192 n + 64 ... 192 n + 127) in b when n is even, in
+  // b + 1 when n is odd. The offsets are 32-bit (block_stride). (One load per segment, with 64-bit
+  // offsets, made ~35 of the 76 warp instructions per tile k8 issued more than k7 at d = 128: ncu,
+  // WORKLOG K8.)
   template <int kBlockN, int kSegments>
   __device__ void segment_scales_log2(int n_tile, float (&f)[kSegments]) const {
-    constexpr int kSegmentKeys = segment_keys(kBlockN);
-    static_assert(kSegments * kSegmentKeys == kBlockN, "whole segments per KV tile");
-    CUTE_UNROLL
-    for (int g = 0; g < kSegments; ++g) {
-      const int block = min((n_tile * kBlockN + g * kSegmentKeys) / kFp8ScaleBlock, last_block);
-      f[g] = q_scale_log2 * k_scales[block * block_stride];
+    static_assert(kSegments * segment_keys(kBlockN) == kBlockN, "whole segments per KV tile");
+    if constexpr (kBlockN == kFp8ScaleBlock) {
+      f[0] = q_scale_log2 * k_scales[min(n_tile, last_block) * block_stride];
+    } else {
+      static_assert(kFp8ScaleBlock == 128 && kBlockN == 192 && kSegments == 3,
+                    "the blocks of a 192-key tile's 64-key segments");
+      const int b = n_tile + (n_tile >> 1);
+      const float k0 = k_scales[min(b, last_block) * block_stride];
+      const float k1 = k_scales[min(b + 1, last_block) * block_stride];
+      f[0] = q_scale_log2 * k0;
+      f[2] = q_scale_log2 * k1;
+      f[1] = (n_tile & 1) ? f[2] : f[0];
     }
   }
 };

@@ -72,10 +72,16 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void set_factors(TS& s, const float (&scale_log2)[kSegments]) {
     static_assert(kTileFactor);
     constexpr int kSegCols = cute::size<1>(typename std::decay_t<TS>::layout_type{}) / kSegments;
+    bool all_positive = true;
     CUTE_UNROLL
     for (int g = 0; g < kSegments; ++g) {
       segment_factor[g] = exponent_factor(scale_log2[g]);
-      if (!(scale_log2[g] > 0.f)) {  // uniform across the CTA; only for scale <= 0
+      all_positive &= scale_log2[g] > 0.f;
+    }
+    if (all_positive) return;  // one branch per tile, not one per segment; uniform across the CTA
+    CUTE_UNROLL
+    for (int g = 0; g < kSegments; ++g) {
+      if (!(scale_log2[g] > 0.f)) {  // only for scale <= 0
         CUTE_UNROLL
         for (int r = 0; r < kRows; ++r)
           CUTE_UNROLL
