@@ -134,7 +134,8 @@ struct ForwardArgs {
 
   // FP8 block quantization (the kernel k8), instead of q_descale and k_descale (which must then
   // be empty; v_descale stays per (batch, heads_kv)): fp32 (batch, heads_q, ceil(seqlen_q / 128))
-  // and fp32 (batch, heads_kv, ceil(seqlen_k / 128)), any strides. Query row i of head h in batch
+  // and fp32 (batch, heads_kv, ceil(seqlen_k / 128)), any strides (k_block_descale's last block
+  // within 2^31 elements of its first: k8 indexes blocks in 32 bits). Query row i of head h in batch
   // b is q * q_block_descale[b][h][i / 128]; key j of KV head hk is k * k_block_descale[b][hk][j / 128]
   // (kFp8ScaleBlock = 128). Both or neither. quantize_fp8(..., block = true) writes them.
   TensorView q_block_descale, k_block_descale;
