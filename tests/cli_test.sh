@@ -34,7 +34,13 @@ grep -q -- "--deterministic.*--bwd" <<<"$out" || fail "--deterministic without -
 # --decode --num-splits: outside 0..256 is refused by the parser (GPU or not), naming the option.
 out=$("$bench" --decode --num-splits 257 2>&1) && fail "--num-splits 257 exited 0"
 grep -q -- "--num-splits" <<<"$out" || fail "--num-splits 257: message does not name the option: $out"
+# --values: an unknown distribution is refused by the parser, naming the option.
+out=$("$bench" k2 --values gaussian 2>&1) && fail "--values gaussian exited 0"
+grep -q -- "--values" <<<"$out" || fail "--values gaussian: message does not name the option: $out"
 if nvidia-smi -L >/dev/null 2>&1; then
+  out=$("$bench" k2 --seqlen 300 --headdim 64 --batch 2 --heads 4 --values ramp --check --iters 3 2>/dev/null) \
+    || fail "--values ramp failed on a GPU: $out"
+  grep -q "PASS" <<<"$out" || fail "--values ramp did not check: $out"
   out=$("$bench" --decode --seqlen-k 1000 --num-splits 0,3 --check --iters 3 2>/dev/null) \
     || fail "--decode --num-splits 0,3 failed on a GPU: $out"
   [ "$(grep -c "PASS" <<<"$out")" -ge 2 ] || fail "--num-splits 0,3 did not check both counts: $out"

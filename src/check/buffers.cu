@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "check/check.h"
+#include "common/hadamard.h"  // mix64
 #include "common/status_util.h"
 
 namespace hfa::check {
@@ -39,6 +40,7 @@ std::string Config::describe() const {
     out += buf;
   }
   if (sinks) out += " sinks";
+  if (values != Values::kNormal) out += std::string(" values=") + to_string(values);
   if (varlen()) {
     const std::vector<int> cu_q = cu_seqlens(false), cu_k = cu_seqlens(true);
     std::snprintf(buf, sizeof(buf), " varlen: %zu sequences, %d queries, %d keys%s%s",
@@ -92,29 +94,6 @@ double forward_flops(const Config& c) {
 }
 
 namespace {
-
-// splitmix64: a counter-based hash, so every element's value depends only on (seed, index).
-__host__ __device__ __forceinline__ uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-template <typename T>
-__global__ void fill_normal_kernel(T* data, int64_t n, uint64_t seed) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint64_t r = mix64(seed ^ mix64(static_cast<uint64_t>(i)));
-    const float u1 = (static_cast<float>(r >> 40) + 1.0f) * (1.0f / 16777217.0f);  // (0, 1]
-    const float u2 = static_cast<float>((r >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f);
-    const float z = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);  // Box-Muller: N(0, 1)
-    if constexpr (std::is_same_v<T, __half>) data[i] = __float2half_rn(z);
-    else if constexpr (std::is_same_v<T, __nv_fp8_storage_t>)
-      data[i] = __nv_cvt_float_to_fp8(z * kFp8FillScale, __NV_SATFINITE, __NV_E4M3);
-    else data[i] = __float2bfloat16_rn(z);
-  }
-}
 
 // Strides (elements) of a (batch, seqlen, heads, head_dim) tensor in `layout`.
 std::array<int64_t, kMaxRank> attention_strides(Layout layout, int64_t s, int64_t h, int64_t d,
@@ -223,26 +202,26 @@ Status DeviceBuffers::allocate(const Config& config_) {
 
 Status DeviceBuffers::fill_random(uint64_t seed) {
   uint64_t salt = 0;
-  for (Tensor* t : {&q, &k, &v, &dout}) {
+  const InputRole roles[] = {InputRole::kQuery, InputRole::kKey, InputRole::kValue, InputRole::kOther};
+  const Tensor* inputs[] = {&q, &k, &v, &dout};
+  for (int i = 0; i < 4; ++i) {
     ++salt;
-    if (t->alloc_elems == 0) continue;
-    const int blocks = static_cast<int>(std::min<int64_t>((t->alloc_elems + 255) / 256, 4096));
-    const uint64_t s = seed * 0x100000001B3ull + salt;
-    if (t->view.dtype == DType::kE4M3)
-      fill_normal_kernel<<<blocks, 256>>>(static_cast<__nv_fp8_storage_t*>(t->data), t->alloc_elems, s);
-    else if (config.dtype == DType::kFP16)
-      fill_normal_kernel<<<blocks, 256>>>(static_cast<__half*>(t->data), t->alloc_elems, s);
-    else
-      fill_normal_kernel<<<blocks, 256>>>(static_cast<__nv_bfloat16*>(t->data), t->alloc_elems, s);
-    HFA_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "launching the random fill"));
+    const Values values = i < 3 ? config.values : Values::kNormal;
+    HFA_RETURN_IF_ERROR(fill_values(inputs[i]->view, inputs[i]->alloc_elems, values, roles[i],
+                                    seed * 0x100000001B3ull + salt));
   }
-  for (Tensor* t : {&q_descale, &k_descale, &v_descale, &q_block_descale, &k_block_descale}) {
+  // The descales of e4m3 inputs, with the peak the fill divided their values by.
+  const std::pair<Tensor*, InputRole> descales[] = {
+      {&q_descale, InputRole::kQuery}, {&k_descale, InputRole::kKey}, {&v_descale, InputRole::kValue},
+      {&q_block_descale, InputRole::kQuery}, {&k_block_descale, InputRole::kKey}};
+  for (auto [t, role] : descales) {
     ++salt;
     if (t->alloc_elems == 0) continue;
+    const double peak = fp8_fill_peak(config.values, role, config.head_dim);
     std::vector<float> host(t->alloc_elems);
     for (int64_t i = 0; i < t->alloc_elems; ++i) {
       const double u = static_cast<double>(mix64(seed * 0x100000001B3ull + salt + mix64(i)) >> 11) * 0x1p-53;
-      host[i] = static_cast<float>((0.75 + 0.5 * u) / kFp8FillScale);
+      host[i] = static_cast<float>((0.75 + 0.5 * u) * peak / kFp8FillScale);
     }
     HFA_RETURN_IF_ERROR(cuda_status(cudaMemcpy(t->data, host.data(), host.size() * sizeof(float),
                                                cudaMemcpyHostToDevice), "copying descales"));
@@ -397,21 +376,6 @@ Status time_launches(const std::function<Status()>& launch, int warmup, int iter
   const size_t n = times.size();
   *median_ms = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
   return Status::Ok();
-}
-
-Status fill_normal(void* data, DType dtype, int64_t n, uint64_t seed) {
-  if (n == 0) return Status::Ok();
-  const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
-  if (dtype == DType::kFP16)
-    fill_normal_kernel<<<blocks, 256>>>(static_cast<__half*>(data), n, seed);
-  else if (dtype == DType::kBF16)
-    fill_normal_kernel<<<blocks, 256>>>(static_cast<__nv_bfloat16*>(data), n, seed);
-  else if (dtype == DType::kE4M3)  // N(0, 1) x kFp8FillScale
-    fill_normal_kernel<<<blocks, 256>>>(static_cast<__nv_fp8_storage_t*>(data), n, seed);
-  else
-    return make_error(StatusCode::kInvalidArgument, "fill_normal: dtype %s; bf16, fp16 or e4m3",
-                      to_string(dtype));
-  return cuda_status(cudaGetLastError(), "launching the random fill");
 }
 
 Status time_forward(DeviceBuffers& buffers, int warmup, int iters, double* median_ms) {

@@ -30,6 +30,24 @@ enum class Layout {
 };
 const char* to_string(Layout layout);
 
+// What the random inputs are drawn from (hfa-bench --values). The tolerance follows the
+// baseline's error on the same inputs (the rule above), so every distribution is held to it.
+enum class Values {
+  kNormal,    // Q, K, V N(0, 1): scores of std ~1 at the default scale
+  kWide,      // Q and K N(0, 3^2): scores of std ~9, rows close to one-hot, large max jumps
+  kUniform,   // Q, K, V U[0, 1): all positive, so the scores share a large mean, P is flat over
+              // thousands of keys and O has no cancellation
+  kOutliers,  // N(0, 1), every 16th channel of Q and K (c % 16 == 5) x 12: the outlier
+              // features of LLM activations (what k8's Hadamard transform is for)
+  kRamp,      // N(0, 1), Q's channel 0 + 4 and K's channel 0 + 10 sqrt(d) j / seqlen_k at key j:
+              // at the default scale the scores grow by ~40 along the keys, so the running max
+              // moves on every KV tile (the online softmax's rescale paths)
+};
+inline constexpr Values kAllValues[] = {Values::kNormal, Values::kWide, Values::kUniform,
+                                        Values::kOutliers, Values::kRamp};
+const char* to_string(Values values);
+std::optional<Values> parse_values(const std::string& name);  // to_string's names
+
 struct Config {
   std::string kernel = "auto";
   DType dtype = DType::kBF16;  // of q, k, v
@@ -47,6 +65,7 @@ struct Config {
   bool sinks = false;
   std::optional<float> softmax_scale;  // default 1/sqrt(head_dim)
   Layout layout = Layout::kPacked;
+  Values values = Values::kNormal;  // of q, k, v (dout stays N(0, 1))
   bool with_lse = true;
   bool backward = false;  // also allocate dout, dq, dk, dv (and always LSE)
   bool deterministic = false;  // backward_args(): BackwardArgs::deterministic
@@ -76,11 +95,12 @@ double forward_flops(const Config& c);
 // (KernelInfo::fp8: e4m3 inputs; fp8_block_scales: block descales); other kernels: unchanged.
 void use_kernel_inputs(Config* c, const std::string& kernel);
 
-// Device buffers for one configuration: Q, K, V filled with N(0, 1) values, O and LSE poisoned.
-// e4m3 inputs: Q, K, V hold N(0, 1) x 64 rounded to e4m3 (saturating), and the descales
-// (batch, heads_kv) are (0.75 .. 1.25) / 64, different per (batch, KV head): the dequantized
-// inputs are roughly N(0, 1) with a scale of their own per head. With fp8_block_scales, Q's and
-// K's descales are drawn the same way per (batch, head, 128-row block).
+// Device buffers for one configuration: Q, K, V filled with config.values (N(0, 1) by default),
+// O and LSE poisoned. e4m3 inputs: Q, K, V hold the values x 64 / fp8_fill_peak rounded to e4m3
+// (saturating), and the descales (batch, heads_kv) are (0.75 .. 1.25) x fp8_fill_peak / 64,
+// different per (batch, KV head): the dequantized inputs are roughly the distribution with a scale
+// of their own per head. With fp8_block_scales, Q's and K's descales are drawn the same way per
+// (batch, head, 128-row block).
 class DeviceBuffers {
  public:
   DeviceBuffers() = default;
@@ -177,9 +197,21 @@ Status time_launches(const std::function<Status()>& launch, int warmup, int iter
 // about its inverse.
 inline constexpr float kFp8FillScale = 64.f;
 
-// Fills n elements of bf16/fp16 device memory with N(0, 1) values (e4m3: N(0, 1) x kFp8FillScale,
-// rounded, saturating) that depend only on (seed, index) (asynchronous, default stream).
-Status fill_normal(void* data, DType dtype, int64_t n, uint64_t seed);
+// Which input a tensor is: the distributions shape Q and K (and ramp them) differently from V,
+// and leave other tensors (dout, appended rows' companions) N(0, 1).
+enum class InputRole { kQuery, kKey, kValue, kOther };
+
+// e4m3 fills hold value x kFp8FillScale / fp8_fill_peak(values, role, head_dim), so that each
+// distribution's typical magnitudes use e4m3's range as N(0, 1) x 64 does; a descale of the same
+// tensor is multiplied by it.
+float fp8_fill_peak(Values values, InputRole role, int head_dim);
+
+// Fills the bf16/fp16/e4m3 tensor `view` of rank 3 or 4 (the last dimension head_dim; the
+// position along the keys or queries in dimension 1 of rank 4, 0 of rank 3) and the rest of its
+// allocation (alloc_elems elements from view.data) with `values` for `role`. Each element depends
+// only on (seed, its offset). Asynchronous, on the default stream. (values.cu)
+Status fill_values(const TensorView& view, int64_t alloc_elems, Values values, InputRole role,
+                   uint64_t seed);
 
 // Absolute slack of the tolerance rule on top of 2x the baseline's error: about one rounding step
 // of the output dtype at magnitude 0.5, so a kernel that is exact but for its final rounding

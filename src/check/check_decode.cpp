@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "check/check.h"
 #include "check/host_tensors.h"
@@ -36,11 +37,12 @@ Status download_view(const TensorView& t, std::vector<uint8_t>* bytes) {
 std::string DecodeConfig::describe() const {
   char buf[320];
   std::snprintf(buf, sizeof(buf),
-                "%s%s%s b=%d sq=%d hq=%d hkv=%d d=%d cap=%d %s%s new=%d%s splits=%d%s", to_string(dtype),
+                "%s%s%s b=%d sq=%d hq=%d hkv=%d d=%d cap=%d %s%s new=%d%s splits=%d%s%s%s", to_string(dtype),
                 fp8_cache ? " e4m3-cache" : "", wide_q_range ? " wide-q" : "",
                 batch, seqlen_q, heads_q, heads_kv, head_dim, capacity,
                 page_size ? "paged " : "contiguous", page_size ? std::to_string(page_size).c_str() : "",
-                seqlen_new, causal ? " causal" : "", num_splits, cache_batch_idx ? " batch_idx" : "");
+                seqlen_new, causal ? " causal" : "", num_splits, cache_batch_idx ? " batch_idx" : "",
+                values == Values::kNormal ? "" : " values=", values == Values::kNormal ? "" : to_string(values));
   return buf;
 }
 
@@ -66,6 +68,9 @@ Status DecodeBuffers::allocate(const DecodeConfig& c, uint64_t seed) {
   for (void* p : owned_) cudaFree(p);
   owned_.clear();
   config = c;
+  if (c.values == Values::kRamp && c.page_size)
+    return make_error(StatusCode::kInvalidArgument,
+                      "values: ramp needs a contiguous cache (a page's rows are not key positions)");
   std::mt19937_64 rng(seed);
   const int cap_keys = c.page_size ? (c.capacity + c.page_size - 1) / c.page_size * c.page_size : c.capacity;
   const int pages_per_seq = c.page_size ? cap_keys / c.page_size : 0;
@@ -120,18 +125,21 @@ Status DecodeBuffers::allocate(const DecodeConfig& c, uint64_t seed) {
   k_descale_host.clear(), v_descale_host.clear();
   if (c.fp8_cache) {  // (batch, heads_kv) with a padded batch stride: any strides are allowed
     std::uniform_real_distribution<float> factor(0.75f, 1.25f);
-    for (auto [t, host] : {std::pair{&k_descale, &k_descale_host}, {&v_descale, &v_descale_host}}) {
+    for (auto [t, host, role] : {std::tuple{&k_descale, &k_descale_host, InputRole::kKey},
+                                 {&v_descale, &v_descale_host, InputRole::kValue}}) {
       HFA_RETURN_IF_ERROR(alloc(t, DType::kFP32, {c.batch, c.heads_kv + 1}));
       t->shape[1] = c.heads_kv;
       host->resize(static_cast<size_t>(c.batch) * (c.heads_kv + 1));
-      for (float& x : *host) x = factor(rng) / kFp8FillScale;
+      const float peak = fp8_fill_peak(c.values, role, c.head_dim);
+      for (float& x : *host) x = factor(rng) * peak / kFp8FillScale;
       HFA_RETURN_IF_ERROR(cuda_status(cudaMemcpy(t->data, host->data(), host->size() * 4,
                                                  cudaMemcpyHostToDevice), "uploading descales"));
     }
   }
   uint64_t salt = seed * 0x100000001B3ull;
-  for (TensorView* t : {&q, &k_cache, &v_cache, &k_new, &v_new})
-    if (t->data) HFA_RETURN_IF_ERROR(fill_normal(t->data, t->dtype, t->numel(), ++salt));
+  for (auto [t, role] : {std::pair{&q, InputRole::kQuery}, {&k_cache, InputRole::kKey},
+                         {&v_cache, InputRole::kValue}, {&k_new, InputRole::kKey}, {&v_new, InputRole::kValue}})
+    if (t->data) HFA_RETURN_IF_ERROR(fill_values(*t, t->numel(), c.values, role, ++salt));
   if (c.wide_q_range) HFA_RETURN_IF_ERROR(widen_q_range());
   return poison_outputs();
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "check/check.h"  // Values
 #include "hfa/hfa.h"
 
 namespace hfa::check {
@@ -41,6 +42,9 @@ struct DecodeConfig {
   // bf16 q only: each query row (token, head) N(0, 1) times 2^-16, 2^-8, 1, 2^8 or 2^16 in turn, so
   // that q holds values beyond fp16's range (the e4m3 cache's GEMMs run in fp16: decode_kernel.cuh).
   bool wide_q_range = false;
+  // What q, the cache and the appended rows are drawn from (check.h: Values; kRamp only with a
+  // contiguous cache, whose rows are the key positions).
+  Values values = Values::kNormal;
 
   DType cache_dtype() const { return fp8_cache ? DType::kE4M3 : dtype; }
   std::string describe() const;

@@ -19,6 +19,7 @@ struct Options {
   bool backward = false;  // time (and check) the backward pass; TFLOPS = 2.5 x forward FLOPs
   int check_groups = 2;   // backward --check: random (batch, KV head) groups compared
   bool pages_in_order = false;  // --decode --page-order in-order: paged caches' pages unshuffled
+  check::Values values = check::Values::kNormal;  // --values: what the inputs are drawn from
 };
 
 // One line of results, in the DESIGN.md JSON schema.

@@ -56,6 +56,7 @@ Row run_decode_config(const check::Config& config, int page_size, int num_splits
   row.page_size = page_size;
   check::DecodeConfig dc = to_decode(config, page_size, fp8_cache);
   dc.shuffled_pages = !options.pages_in_order;
+  dc.values = options.values;
   if (page_size && options.pages_in_order) row.impl += "_pages_in_order";
   row.kv_dtype = dc.cache_dtype();
   Status st;

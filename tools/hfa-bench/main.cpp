@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -158,6 +159,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--varlen-range", varlen_range, "--varlen: MIN,MAX sequence length (default 100,4000)")
       ->delimiter(',')->expected(2);
+  std::string values_name = "normal";
+  app.add_option("--values", values_name,
+                 "what Q, K, V (and decode's caches) are drawn from: normal (default), wide, uniform, "
+                 "outliers or ramp (check/check.h: Values)")
+      ->check(CLI::IsMember({"normal", "wide", "uniform", "outliers", "ramp"}));
   app.add_flag("--sweep", sweep, "run the seeds' sweep: s=512..16384, batch=16384/s, heads=2048/d, causal 0/1");
   app.add_option("--sweep-headdims", sweep_dims, "head dims of the sweep")->delimiter(',');
   app.add_option("--json", json_path, "write the results as JSON (DESIGN.md schema)");
@@ -186,6 +192,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"shuffled", "in-order"}));
   CLI11_PARSE(app, argc, argv);
   opt.pages_in_order = page_order == "in-order";
+  opt.values = hfa::check::parse_values(values_name).value();  // a member: checked by the parser
 
   if (list) {
     print_kernel_list();
@@ -286,6 +293,7 @@ int main(int argc, char** argv) {
       }
       c.softcap = softcap;
       c.sinks = sinks;
+      c.values = opt.values;
       // An FP8 kernel gets its inputs (e4m3, per-head or block descales) unless --dtype says
       // otherwise (then it refuses by name).
       if ((!dtype_given && !opt.backward) || dtype == hfa::DType::kE4M3)

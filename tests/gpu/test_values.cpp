@@ -1,0 +1,133 @@
+// The kernels on inputs that are not N(0, 1) (check.h: Values): near one-hot rows (wide), all-positive
+// inputs (uniform), LLM-like outlier channels (outliers) and scores that rise along the keys so the
+// running max moves on every tile (ramp). Forward kernels, the variants through "auto", the
+// backward kernels and flash decode, each against the fp64 reference by the usual rule.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "check/check.h"
+#include "check/check_decode.h"
+#include "gpu_test_util.h"
+
+namespace hfa::testing {
+namespace {
+
+using check::Values;
+
+const Values kOtherValues[] = {Values::kWide, Values::kUniform, Values::kOutliers, Values::kRamp};
+
+std::string values_name(const ::testing::TestParamInfo<Values>& info) {
+  return check::to_string(info.param);
+}
+
+// sq != sk both ways, GQA and MQA, rows past several tiles (the ramp's max moves on each).
+const ShapeCase kShapes[] = {{1, 300, 1000, 4, 2}, {2, 257, 129, 6, 1}};
+
+class ForwardValues : public ::testing::TestWithParam<Values> {};
+
+TEST_P(ForwardValues, EveryKernelMatchesReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed(check::to_string(GetParam()));
+  for (const std::string& kernel : kernel_names())
+    for (const int d : compiled_head_dims())
+      for (const bool causal : {false, true})
+        for (const ShapeCase& s : kShapes) {
+          MatrixParam p{kernel, d, causal, DType::kBF16};
+          if (is_fp8_kernel(kernel)) p.dtype = DType::kE4M3;
+          check::Config c = matrix_config(p, s);
+          c.values = GetParam();
+          check::CheckResult r;
+          const Status st = check::run_check(c, ++seed, 384, &r);
+          if (st.code == StatusCode::kUnsupported) continue;  // e.g. k3_3 at d = 256 (declared)
+          ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
+          EXPECT_TRUE(r.pass) << c.describe() << " seed " << seed << ": " << r.message;
+        }
+}
+
+// Window, softcap and sinks (together and apart) in fp16 and bf16, and a variable-length batch,
+// through "auto" (k6 on Hopper; fa2 elsewhere).
+TEST_P(ForwardValues, VariantsMatchReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed(std::string("variants_") + check::to_string(GetParam()));
+  for (const int d : compiled_head_dims())
+    for (const DType dtype : {DType::kBF16, DType::kFP16})
+      for (int variant = 0; variant < 4; ++variant) {
+        check::Config c = matrix_config({"auto", d, variant == 1, dtype}, {1, 700, 900, 4, 2});
+        c.values = GetParam();
+        if (variant == 0) c.window_left = 300, c.window_right = 40;
+        if (variant == 1) c.softcap = 30.f;
+        if (variant == 2) c.window_left = 200, c.window_right = 0, c.softcap = 20.f, c.sinks = true;
+        if (variant == 3) c.varlen_q = {300, 1, 650}, c.varlen_k = {420, 90, 650}, c.causal = true;
+        expect_forward_pass(c, ++seed, 384);
+        if (::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure()) return;
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(Values, ForwardValues, ::testing::ValuesIn(kOtherValues), values_name);
+
+class BackwardValues : public ::testing::TestWithParam<Values> {};
+
+TEST_P(BackwardValues, EveryKernelMatchesReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed(std::string("bwd_") + check::to_string(GetParam()));
+  for (const KernelInfo& k : list_backward_kernels())
+    for (const int d : compiled_head_dims())
+      for (const bool causal : {false, true})
+        for (const bool deterministic : {false, true}) {
+          check::Config c = matrix_config({k.name, d, causal, DType::kBF16}, {1, 300, 400, 4, 2});
+          c.values = GetParam();
+          c.backward = true;
+          c.deterministic = deterministic;
+          expect_backward_pass(c, ++seed);
+          if (::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure()) return;
+        }
+}
+
+INSTANTIATE_TEST_SUITE_P(Values, BackwardValues, ::testing::ValuesIn(kOtherValues), values_name);
+
+class DecodeValues : public ::testing::TestWithParam<Values> {};
+
+// Contiguous and paged caches (the ramp only contiguous: a page's rows are not key positions),
+// bf16 and e4m3 caches, appended keys, causal speculative tokens, forced splits.
+TEST_P(DecodeValues, MatchesReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed(std::string("decode_") + check::to_string(GetParam()));
+  for (const int d : compiled_head_dims())
+    for (const int page_size : {0, 32})
+      for (const bool fp8_cache : {false, true})
+        for (const int splits : {0, 5}) {
+          if (GetParam() == Values::kRamp && page_size) continue;
+          check::DecodeConfig c;
+          c.head_dim = d;
+          c.batch = 4, c.heads_q = 16, c.heads_kv = 2, c.capacity = 900;
+          c.seqlen_q = 3, c.seqlen_new = 3, c.causal = true;
+          c.page_size = page_size;
+          c.fp8_cache = fp8_cache;
+          c.num_splits = splits;
+          c.values = GetParam();
+          check::DecodeBuffers buf;
+          ASSERT_TRUE(buf.allocate(c, ++seed).ok()) << c.describe();
+          check::DecodeCheckResult r;
+          const Status st = check::run_decode_check(buf, 512, &r);
+          ASSERT_TRUE(st.ok()) << c.describe() << ": " << st.message;
+          EXPECT_TRUE(r.pass) << c.describe() << " seed " << seed << ": " << r.message;
+        }
+}
+
+// The ramp's scores need key positions: a paged cache is refused by name.
+TEST(DecodeValuesErrors, RampRefusesPagedCache) {
+  check::DecodeConfig c;
+  c.page_size = 16;
+  c.values = Values::kRamp;
+  check::DecodeBuffers buf;
+  const Status st = buf.allocate(c, 1);
+  EXPECT_EQ(st.code, StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message.find("ramp"), std::string::npos) << st.message;
+}
+
+INSTANTIATE_TEST_SUITE_P(Values, DecodeValues, ::testing::ValuesIn(kOtherValues), values_name);
+
+}  // namespace
+}  // namespace hfa::testing
