@@ -42,9 +42,11 @@ enum class Values {
   kRamp,      // N(0, 1), Q's channel 0 + 4 and K's channel 0 + 10 sqrt(d) j / seqlen_k at key j:
               // at the default scale the scores grow by ~40 along the keys, so the running max
               // moves on every KV tile (the online softmax's rescale paths)
+  kPositiveV, // Q, K N(0, 1), V U[0, 1): O has a mean of 0.5 and no cancellation, so a loss in the
+              // accumulation of P V that always has one sign shows (the FP8 tensor cores': fp8_pv.cuh)
 };
 inline constexpr Values kAllValues[] = {Values::kNormal, Values::kWide, Values::kUniform,
-                                        Values::kOutliers, Values::kRamp};
+                                        Values::kOutliers, Values::kRamp, Values::kPositiveV};
 const char* to_string(Values values);
 std::optional<Values> parse_values(const std::string& name);  // to_string's names
 

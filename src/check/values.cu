@@ -42,7 +42,9 @@ struct Draw {
     const uint64_t r = mix64(seed ^ mix64(static_cast<uint64_t>(offset)));
     const float u1 = (static_cast<float>(r >> 40) + 1.0f) * (1.0f / 16777217.0f);  // (0, 1]
     const float u2 = static_cast<float>((r >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f);  // [0, 1)
-    if (values == Values::kUniform && role != InputRole::kOther) return u2;
+    if ((values == Values::kUniform && role != InputRole::kOther) ||
+        (values == Values::kPositiveV && role == InputRole::kValue))
+      return u2;
     const float z = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);  // Box-Muller: N(0, 1)
     return values == Values::kWide && query_or_key() ? kWideSigma * z : z;
   }
@@ -125,6 +127,7 @@ const char* to_string(Values values) {
     case Values::kWide: return "wide";
     case Values::kUniform: return "uniform";
     case Values::kOutliers: return "outliers";
+    case Values::kPositiveV: return "positive-v";
     case Values::kRamp: return "ramp";
   }
   return "?";
@@ -143,6 +146,7 @@ float fp8_fill_peak(Values values, InputRole role, int head_dim) {
     case Values::kWide: return qk ? kWideSigma : 1.f;
     case Values::kUniform: return role == InputRole::kOther ? 1.f : 0.25f;  // U[0, 1) x 256
     case Values::kOutliers: return qk ? kOutlierGain : 1.f;
+    case Values::kPositiveV: return role == InputRole::kValue ? 0.25f : 1.f;
     case Values::kRamp:
       if (role == InputRole::kQuery) return 2.f;  // channel 0 about 4 +- 3
       if (role == InputRole::kKey) return kRampPerSqrtD * std::sqrt(static_cast<float>(head_dim)) / 4.f;

@@ -277,9 +277,15 @@ TEST_P(Fp8WideKvTiles, MatchReference) {
     expect_forward_pass(c, 31 + ran, 256);
     ++ran;
   }
-  // d = 128 reaches them for both kernels: a rule change that drops every case must show.
-  if (std::find(dims.begin(), dims.end(), 128) != dims.end()) EXPECT_GE(ran, 3) << "no case reached the wide tiles";
-  if (ran == 0) GTEST_SKIP() << "no compiled head dim takes wide tiles for " << GetParam();
+  // d = 128 reaches them for both kernels whenever they are built: a rule change that drops
+  // every case must show. (They are not built while d = 128 accumulates P V in two levels, whose
+  // second accumulator a 192-key tile has no registers for: k7_launch.h, two_level_pv.)
+  const bool wide_built = k7::max_block_n(128) != k7::kBlockN;
+  if (wide_built && std::find(dims.begin(), dims.end(), 128) != dims.end())
+    EXPECT_GE(ran, 3) << "no case reached the wide tiles";
+  if (ran == 0)
+    GTEST_SKIP() << "no compiled head dim takes wide tiles for " << GetParam()
+                 << (wide_built ? "" : " (not built: d = 128's two-level P V accumulation, k7_launch.h)");
 }
 
 // k7's and k8's 192-row Q tiles (three consumer warpgroups, d = 64: k7_launch.h,

@@ -162,8 +162,8 @@ int main(int argc, char** argv) {
   std::string values_name = "normal";
   app.add_option("--values", values_name,
                  "what Q, K, V (and decode's caches) are drawn from: normal (default), wide, uniform, "
-                 "outliers or ramp (check/check.h: Values)")
-      ->check(CLI::IsMember({"normal", "wide", "uniform", "outliers", "ramp"}));
+                 "outliers, ramp or positive-v (check/check.h: Values)")
+      ->check(CLI::IsMember({"normal", "wide", "uniform", "outliers", "ramp", "positive-v"}));
   app.add_flag("--sweep", sweep, "run the seeds' sweep: s=512..16384, batch=16384/s, heads=2048/d, causal 0/1");
   app.add_option("--sweep-headdims", sweep_dims, "head dims of the sweep")->delimiter(',');
   app.add_option("--json", json_path, "write the results as JSON (DESIGN.md schema)");

@@ -18,6 +18,10 @@
 //     max scaled (OnlineSoftmax's kTileFactor) and still folds the scale into exp2's FFMA.
 // Long causal rows at d = 64 and 256 take their tiles dynamically in L2-sized head groups, as K6's
 // (kDynamic; k7_launch.h: dynamic_tile_order).
+//  5. At d <= 128 each tile's P V is accumulated from zero and added to O in fp32 (two levels:
+//     fp8_pv.cuh, add_tile_to_output): the FP8 tensor cores' accumulation keeps ~13 bits, and
+//     onto a large O it lost 26% (relative RMS) over 16k keys of one-sign V. d = 256 has no registers for
+//     the second accumulator (k7_launch.h: two_level_pv).
 // O is stored from registers (K6's staging through shared memory is not built here yet).
 #pragma once
 
@@ -148,6 +152,7 @@ struct K7Config {
   static constexpr bool kWaitPvAfterMax = wait_pv_after_max(D, BlockN);
   static constexpr bool kBroadcastTileCoord = broadcast_tile_coord(D, BlockN);
   static constexpr bool kUniformStorageBase = uniform_storage_base(D, BlockN);
+  static constexpr bool kTwoLevelPv = two_level_pv(D);
   static constexpr int kConsumerThreads = 128 * ConsumerWarpgroups;
   static constexpr int kThreads = threads(ConsumerWarpgroups);
   using QLayout = sm90::TileLayout<E, kBlockM, D>;
@@ -223,6 +228,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   Tensor c_rc = sm90::as_rowcol(tScS);
   Tensor o_rc = sm90::as_rowcol(tOrO);
   constexpr int kRows = decltype(size<0>(o_rc))::value;
+  constexpr bool kTwoLevelPv = Config::kTwoLevelPv;
   constexpr bool kFoldScale = Scales::kFoldScale;
   constexpr bool kTileFactor = Scales::kTileFactor;
   constexpr int kSegments = [] {
@@ -253,6 +259,15 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
       softmax(kTileFactor ? 1.f : tile_scales(0).f[0]);
   float alpha[kRows];
   clear(tOrO);
+  // Two-level accumulation (fp8_pv.cuh: add_tile_to_output): each tile's P V lands in a fresh
+  // accumulator T, which joins O in fp32. O lags one rescale: before tile j's T is added it is at
+  // tile j - 1's max, and the FFMA O = O * alpha_{j-1} + T takes it to tile j's (alpha_prev holds
+  // alpha_{j-1}; 0 before the first tile, whose O is zero).
+  Tensor tOrT = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<D>>{});  // unused unless kTwoLevelPv
+  Tensor t_rc = sm90::as_rowcol(tOrT);
+  float alpha_prev[kRows];
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) alpha_prev[r] = 0.f;
 
   auto issue_qk = [&](const typename Pipeline::State& st) {
     Tensor tSrK = thr_qk.partition_fragment_B(
@@ -262,7 +277,20 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   auto issue_pv = [&](const typename Pipeline::State& st) {
     Tensor tOrV = thr_pv.partition_fragment_B(
         make_tensor(make_smem_ptr(ss.vt[st.index]), typename Config::VtLayout{}));
-    sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_pv, tOrP, tOrV, tOrO);
+    if constexpr (kTwoLevelPv) {
+      sm90::warpgroup_gemm_issue</*kZeroInit=*/true, /*kRegisterA=*/true>(mma_pv, tOrP, tOrV, tOrT);
+    } else {
+      sm90::warpgroup_gemm_issue</*kZeroInit=*/false, /*kRegisterA=*/true>(mma_pv, tOrP, tOrV, tOrO);
+    }
+  };
+  // P_{j-1} V_{j-1} has landed (and the softmax gave alpha_j): O takes it and its rescale.
+  auto take_pv = [&] {
+    if constexpr (kTwoLevelPv) {
+      sm90::fence_after_wait(tOrT, tOrP);
+      sm90::add_tile_to_output(o_rc, t_rc, alpha_prev);
+    } else {
+      sm90::fence_after_wait(tOrO, tOrP);
+    }
   };
   // S of `tile` (K stage `st`) has landed: release K_j (and Q after the last), mask, softmax.
   // With per-segment factors set_factors scales (only) non-positive segments and the mask follows
@@ -306,9 +334,14 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     // (the row max's result) it lands late in the exponentials, which then overlap P V.
     if constexpr (Config::kWaitPvAfterMax) sm90::warpgroup_wait_after<0>(alpha, &ss.wait_order[mma_thread]);
     else warpgroup_wait<0>();
-    sm90::fence_after_wait(tOrO, tOrP);
+    take_pv();
     Pipeline::consumer_release(ss.pipeline_vt, prev);
-    softmax.rescale(o_rc, alpha);
+    if constexpr (kTwoLevelPv) {
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) alpha_prev[r] = alpha[r];
+    } else {
+      softmax.rescale(o_rc, alpha);
+    }
     sm90::convert_to_fp8_a_operand(tSrS, tOrP);
     prev = kv;
     kv.advance();
@@ -319,7 +352,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     issue_pv(prev);
     turns.end();
     warpgroup_wait<0>();
-    sm90::fence_after_wait(tOrO, tOrP);
+    take_pv();
     Pipeline::consumer_release(ss.pipeline_vt, prev);
   }
 

@@ -11,7 +11,7 @@ namespace hfa::k7 {
 
 // K6's structure with e4m3 operands: Q tiles of 64 rows per consumer warpgroup (consumer_warpgroups:
 // 128 or 192 rows) and K/V tiles of 128 keys, or 192 (wide_kv_tile) on long enough rows at
-// d = 128. P V's K is the tile's keys: four or six e4m3 k-steps of 32. A wide tile spreads each
+// d = 128 when P V accumulates onto O (not now: two_level_pv). P V's K is the tile's keys: four or six e4m3 k-steps of 32. A wide tile spreads each
 // tile's fixed work (row max and sum reductions, O rescale, barrier and pipeline waits) over more
 // keys; the transposed V of a 192-key tile (d x 192 bytes) takes the 64-byte swizzle; k8's
 // 128-key K descale blocks are taken in gcd(keys, 128)-key segments (k7_kernel.cuh,
@@ -48,14 +48,22 @@ constexpr bool broadcast_tile_coord(int head_dim, int block_n) {
 // session 42; WORKLOG, K7 eighth pass), so that tile takes the base of before.
 constexpr bool uniform_storage_base(int head_dim, int block_n) { return !(head_dim == 128 && block_n > 128); }
 
+// Whether each tile's P V is accumulated from zero and added to O in fp32 (k7_kernel.cuh;
+// fp8_pv.cuh: add_tile_to_output), instead of accumulating onto O in the tensor cores, whose FP8
+// accumulation keeps about 13 bits: with V of one sign O's relative RMS error was 7.5% over 4096 keys, 26% over 16k. T costs
+// as many registers as O: 32 at d = 64 and 64 on d = 128's 128-key tiles fit (ptxas: 40 / 16
+// bytes of stack, as before); d = 128's 192-key tiles spilled 884 bytes and d = 256 2 KB, so
+// d = 128 keeps 128-key tiles (wide_kv_tile) and d = 256 accumulates onto O as before.
+constexpr bool two_level_pv(int head_dim) { return head_dim <= 128; }
+
 // Wide tiles where they measured faster than 128 keys (WORKLOG, K7 third pass; A/B on the sweep,
 // H100, same runs): d = 128, 192 keys: +4-7% from 2k keys, causal from 4k (+1-6%; -3% at 2k).
 // Shorter rows lose: the last tile's padding and a causal tile's diagonal cost more than the
 // fewer tiles save.
 inline bool wide_kv_tile(const FwdProblem& p) {
-  return p.head_dim == 128 && p.seqlen_k >= (p.causal ? 4096 : 2048);
+  return p.head_dim == 128 && !two_level_pv(128) && p.seqlen_k >= (p.causal ? 4096 : 2048);
 }
-constexpr int max_block_n(int head_dim) { return head_dim == 128 ? kWideBlockN : kBlockN; }
+constexpr int max_block_n(int head_dim) { return head_dim == 128 && !two_level_pv(128) ? kWideBlockN : kBlockN; }
 
 // Dense causal problems from these query lengths take their tiles dynamically in head groups
 // sized to L2 (sm90::DynamicTileScheduler, as k6 does: k6_launch.h); the others walk the static
