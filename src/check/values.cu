@@ -78,8 +78,8 @@ __global__ void fill_elementwise_kernel(T* data, int64_t n, uint64_t seed, Draw 
     store(data + i, draw.base(seed, i), draw.encode_gain);
 }
 
-// Pass 2 over a rank-3 or rank-4 view whose last dimension is the channel and whose
-// second-to-last-but-one (rank 4: dimension 1; rank 3: dimension 0) is the position.
+// Pass 2 over a rank-3 or rank-4 view: its last dimension is the channel, and the position along
+// the sequence is dimension 1 of rank 4 ((batch, seqlen, heads, d)) or 0 of rank 3 ((tokens, ...)).
 struct ViewShape {
   int rank;
   int64_t shape[4], stride[4];
