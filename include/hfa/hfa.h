@@ -133,9 +133,8 @@ struct ForwardArgs {
   // Accuracy of FP8 on Hopper: the e4m3 tensor cores keep about 13 bits when they accumulate, so
   // Q K^T loses up to ~2^-9 of sum |q k| per score when the products share a sign or have outlier
   // channels (quantize_fp8's Hadamard transform and mean key reduce both); P V is accumulated per
-  // KV tile and added to O in fp32 at head_dim 64 and 128, so it stays accurate over any number of
-  // keys; at head_dim 256 it is still accumulated in the tensor cores, and with V of one sign O
-  // is off by ~7.5% (relative RMS) over 4k keys and ~26% over 16k -- a known defect (docs/WORKLOG.md, K7).
+  // KV tile and added to O in fp32, so it stays accurate over any number of keys (accumulated in
+  // the tensor cores alone, O was off by 26% over 16k keys of one-sign V; docs/WORKLOG.md, K7).
   TensorView q_descale, k_descale, v_descale;
 
   // FP8 block quantization (the kernel k8), instead of q_descale and k_descale (which must then

@@ -12,7 +12,6 @@
 #include "check/check.h"
 #include "check/check_decode.h"
 #include "gpu_test_util.h"
-#include "kernels/k7/k7_launch.h"
 
 namespace hfa::testing {
 namespace {
@@ -76,11 +75,6 @@ TEST_P(Fp8ForwardValues, MatchesReference) {
   const auto [values, d] = GetParam();
   const std::vector<int> dims = compiled_head_dims();
   if (std::find(dims.begin(), dims.end(), d) == dims.end()) GTEST_SKIP() << "d = " << d << " not compiled";
-  if (values == Values::kPositiveV && !k7::two_level_pv(d))
-    GTEST_SKIP() << "KNOWN DEFECT, not fixed: k7 / k8 at d = " << d
-                 << " accumulate P V onto O in the FP8 tensor cores (no registers for a second "
-                    "accumulator: k7_launch.h, two_level_pv), so O's relative RMS error is 7.5% "
-                    "over 4096 keys of one-sign V (26% over 16k)";
   uint64_t seed = test_seed(std::string("fp8_") + check::to_string(values) + std::to_string(d));
   for (const std::string& kernel : kernel_names())
     if (is_fp8_kernel(kernel)) expect_kernel_passes(kernel, d, values, &seed);

@@ -18,10 +18,11 @@
 //     max scaled (OnlineSoftmax's kTileFactor) and still folds the scale into exp2's FFMA.
 // Long causal rows at d = 64 and 256 take their tiles dynamically in L2-sized head groups, as K6's
 // (kDynamic; k7_launch.h: dynamic_tile_order).
-//  5. At d <= 128 each tile's P V is accumulated from zero and added to O in fp32 (two levels:
-//     fp8_pv.cuh, add_tile_to_output): the FP8 tensor cores' accumulation keeps ~13 bits, and
-//     onto a large O it lost 26% (relative RMS) over 16k keys of one-sign V. d = 256 has no registers for
-//     the second accumulator (k7_launch.h: two_level_pv).
+//  5. Each tile's P V is accumulated from zero and added to O in fp32 (two levels: fp8_pv.cuh,
+//     add_tile_to_output): the FP8 tensor cores' accumulation keeps ~13 bits, and onto a large O
+//     it lost 26% (relative RMS) over 16k keys of one-sign V. At d = 256, where the second
+//     accumulator does not fit beside S under the intra-warpgroup overlap, the loop runs without
+//     that overlap and P V in column halves (k7_launch.h: serial_two_level_pv).
 // O is stored from registers (K6's staging through shared memory is not built here yet).
 #pragma once
 
@@ -153,11 +154,19 @@ struct K7Config {
   static constexpr bool kBroadcastTileCoord = broadcast_tile_coord(D, BlockN);
   static constexpr bool kUniformStorageBase = uniform_storage_base(D, BlockN);
   static constexpr bool kTwoLevelPv = two_level_pv(D);
+  // d = 256: the two-level accumulation without the intra-warpgroup overlap, P V in two halves of
+  // D / 2 columns whose accumulator takes S's registers (k7_launch.h: serial_two_level_pv).
+  static constexpr bool kSerialPv = serial_two_level_pv(D);
   static constexpr int kConsumerThreads = 128 * ConsumerWarpgroups;
   static constexpr int kThreads = threads(ConsumerWarpgroups);
   using QLayout = sm90::TileLayout<E, kBlockM, D>;
   using KVLayout = sm90::TileLayout<E, kBlockN, D>;
   using VtLayout = sm90::TileLayout<E, D, kBlockN>;  // (head_dim, keys), keys contiguous
+  // kSerialPv: half of it (D / 2 rows: the swizzle atoms stack down the rows, so each half is
+  // contiguous) and the GEMM that reads it.
+  using VtHalfLayout = sm90::TileLayout<E, D / 2, kBlockN>;
+  using MmaPVHalf = sm90::RegisterATiledMma<E, D / 2, kBlockN, cute::GMMA::Major::K,
+                                            sm90::WarpgroupsAlongM<ConsumerWarpgroups>>;
   using MmaQK = sm90::QkTiledMma<E, kBlockN, D, sm90::WarpgroupsAlongM<ConsumerWarpgroups>>;
   using MmaPV = sm90::RegisterATiledMma<E, D, kBlockN, cute::GMMA::Major::K,
                                         sm90::WarpgroupsAlongM<ConsumerWarpgroups>>;
@@ -305,6 +314,44 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   };
 
   if (range.end == 0) QPipeline::consumer_release(ss.q_pipeline, q);  // sees no key: O = 0
+  if constexpr (Config::kSerialPv) {
+    // Each tile in turn: S_j, its softmax and P_j, then P_j V_j in two column halves, each into
+    // T_half (S's registers, free once P_j is packed) and added to O's half with the rescale:
+    // O = O * alpha_j + T (alpha 0 on the first tile, whose O is zero). The turns of the
+    // ping-pong order the S GEMMs; while one warpgroup's softmax runs, the other's GEMMs do.
+    typename Config::MmaPVHalf mma_pv_half;
+    auto thr_pv_half = mma_pv_half.get_thread_slice(mma_thread);
+    Tensor tOrT2 = partition_fragment_C(mma_pv_half, Shape<Int<kBlockM>, Int<D / 2>>{});
+    Tensor t2_rc = sm90::as_rowcol(tOrT2);
+    constexpr int kHalfCols = decltype(size<1>(t2_rc))::value;
+    for (int tile = 0; tile < range.end; ++tile) {
+      const TileScales ts = (kTileFactor && tile == 0) ? tile0_scales : tile_scales(tile);
+      Pipeline::consumer_wait(ss.pipeline_k, kv);
+      turns.begin();
+      issue_qk(kv);
+      turns.end();
+      warpgroup_wait<0>();
+      sm90::fence_after_wait(tSrS);
+      softmax_of(tile, kv, ts);
+      sm90::convert_to_fp8_a_operand(tSrS, tOrP);
+      if (tile == 0) {
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) alpha[r] = 0.f;
+      }
+      Pipeline::consumer_wait(ss.pipeline_vt, kv);
+      CUTE_UNROLL
+      for (int half = 0; half < 2; ++half) {
+        Tensor tOrV = thr_pv_half.partition_fragment_B(make_tensor(
+            make_smem_ptr(ss.vt[kv.index] + half * (D / 2) * kBlockN), typename Config::VtHalfLayout{}));
+        sm90::warpgroup_gemm_issue</*kZeroInit=*/true, /*kRegisterA=*/true>(mma_pv_half, tOrP, tOrV, tOrT2);
+        warpgroup_wait<0>();
+        sm90::fence_after_wait(tOrT2, tOrP);
+        sm90::add_tile_to_output(o_rc, t2_rc, alpha, half * kHalfCols);
+      }
+      Pipeline::consumer_release(ss.pipeline_vt, kv);
+      kv.advance();
+    }
+  } else {
   typename Pipeline::State prev = kv;  // the stage whose P V is pending
   if (range.end > 0) {             // tile 0: S_0 alone (O is zero: no rescale)
     Pipeline::consumer_wait(ss.pipeline_k, kv);
@@ -355,6 +402,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     take_pv();
     Pipeline::consumer_release(ss.pipeline_vt, prev);
   }
+  }  // !kSerialPv
 
   float lse[kRows], inv[kRows];
   softmax.finalize(inv, lse);

@@ -50,11 +50,17 @@ constexpr bool uniform_storage_base(int head_dim, int block_n) { return !(head_d
 
 // Whether each tile's P V is accumulated from zero and added to O in fp32 (k7_kernel.cuh;
 // fp8_pv.cuh: add_tile_to_output), instead of accumulating onto O in the tensor cores, whose FP8
-// accumulation keeps about 13 bits: with V of one sign O's relative RMS error was 7.5% over 4096 keys, 26% over 16k. T costs
-// as many registers as O: 32 at d = 64 and 64 on d = 128's 128-key tiles fit (ptxas: 40 / 16
-// bytes of stack, as before); d = 128's 192-key tiles spilled 884 bytes and d = 256 2 KB, so
-// d = 128 keeps 128-key tiles (wide_kv_tile) and d = 256 accumulates onto O as before.
-constexpr bool two_level_pv(int head_dim) { return head_dim <= 128; }
+// accumulation keeps about 13 bits: with V of one sign O's relative RMS error was 7.5% over 4096
+// keys, 26% over 16k (0.2% with it). Everywhere: correctness first. T costs as many registers as
+// O: 32 at d = 64 and 64 on d = 128's 128-key tiles fit (ptxas: 40 / 16 bytes of stack); d = 128's
+// 192-key tiles spilled 884 bytes, so d = 128 keeps 128-key tiles (wide_kv_tile). At d = 256 (O
+// 128 registers) T only fits in the serial form below.
+constexpr bool two_level_pv(int /*head_dim*/) { return true; }
+// d = 256: the loop without the intra-warpgroup overlap (S_j, its softmax, then P_j V_j), with P V
+// in two halves of 128 columns whose T takes S's registers once P_j is packed: no spills beyond
+// main's (the producer's), and measured 0.921x (k7) / 0.925x (k8) main's speed at d = 256 (H100
+// A/B, WORKLOG K7 session 47) -- the price of O without the 26% loss.
+constexpr bool serial_two_level_pv(int head_dim) { return head_dim == 256; }
 
 // Wide tiles where they measured faster than 128 keys (WORKLOG, K7 third pass; A/B on the sweep,
 // H100, same runs): d = 128, 192 keys: +4-7% from 2k keys, causal from 4k (+1-6%; -3% at 2k).

@@ -35,14 +35,18 @@ namespace hfa::sm90 {
 // tile's P V is therefore accumulated from zero into T (its 4 k-steps lose little against T's
 // own magnitude) and added to O by FFMA, which also applies the rescale O would have had anyway:
 // o = o * alpha + t, the same instruction count as o *= alpha. T costs O's registers again.
+// t may cover a column block of o (k7 at d = 256: P V in halves): its columns are o's from
+// col0 on, in the accumulator's (row, col) view (acc_rowcol: a thread's columns of each 8-column
+// group in order, so o's first n/2 view columns are its first half of the head dim).
 template <class ORowCol, class TRowCol, int kRows>
-__device__ __forceinline__ void add_tile_to_output(ORowCol& o, const TRowCol& t, const float (&alpha)[kRows]) {
+__device__ __forceinline__ void add_tile_to_output(ORowCol& o, const TRowCol& t, const float (&alpha)[kRows],
+                                                   int col0 = 0) {
   using namespace cute;
   static_assert(decltype(size<0>(o))::value == kRows, "alpha per row of o");
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r)
     CUTE_UNROLL
-    for (int c = 0; c < size<1>(o); ++c) o(r, c) = fmaf(o(r, c), alpha[r], t(r, c));
+    for (int c = 0; c < size<1>(t); ++c) o(r, col0 + c) = fmaf(o(r, col0 + c), alpha[r], t(r, c));
 }
 
 // Four fp32 values to four e4m3 bytes (saturating: P <= 2^8 never needs it, but inf must not
