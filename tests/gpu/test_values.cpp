@@ -60,7 +60,7 @@ TEST_P(ForwardValues, EveryKernelMatchesReference) {
 // kFp8AccumulationEps: measured on N(0, 1)-like products, whose truncation errors cancel): wide
 // (near one-hot rows) and positive V (N(0, 1) Q and K). Uniform, outlier and ramp Q / K are left
 // out: with products of one sign or outlier channels the tensor cores lose up to 2^-8 to 2^-9.6 of
-// sum |q k| per score (torch._scaled_mm, cuBLAS, the same: WORKLOG, K7 "Two-level accumulation"),
+// sum |q k| per score (torch._scaled_mm, cuBLAS, the same: WORKLOG, K7 session 47),
 // beyond that rule; that is the hardware's limit for raw e4m3 inputs (k8's quantize_fp8, with its
 // Hadamard transform and mean key, is what spreads and centres them).
 struct Fp8ValuesParam {
