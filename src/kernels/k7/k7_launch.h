@@ -30,12 +30,6 @@ constexpr int stages(int head_dim) { return head_dim <= 64 ? 4 : 2; }
 constexpr int transpose_units_in_flight(int head_dim) { return head_dim == 256 ? 2 : 1; }
 // Ping-pong of the consumer warpgroups at d >= 128, as K6 (k6_launch.h: ping_pong).
 constexpr bool ping_pong(int head_dim) { return head_dim >= 128; }
-// Where a consumer waits for the previous tile's P V in its loop (k7_kernel.cuh): after its row
-// max (sm90::warpgroup_wait_after), so that the exponentials overlap P V, or with a bare wait,
-// which ptxas schedules before the row max. Measured (H200, same call, every head dim; WORKLOG,
-// K7 fifth pass): after the max +1-5% at d = 64, +0.4-2.7% at d = 256, +2-4.6% on d = 128's
-// 192-key tiles; on its 128-key tiles (d = 128 rows under 2k keys) the bare wait is up to 3% faster.
-constexpr bool wait_pv_after_max(int head_dim, int block_n) { return !(head_dim == 128 && block_n == 128); }
 // Whether the consumers take their tile's coordinates from lane 0 (sm90::published_tile): measured
 // (H100, same call, two rounds; WORKLOG, K7 sixth pass) +2-5% at d = 64 (every row), +0.5-5% on
 // d = 128's 128-key tiles; -0.2-1.5% on its 192-key tiles and at d = 256 -3% at 512 keys, +1% at 16k.
@@ -61,6 +55,18 @@ constexpr bool two_level_pv(int /*head_dim*/) { return true; }
 // main's (the producer's), and measured 0.921x (k7) / 0.925x (k8) main's speed at d = 256 (H100
 // A/B, WORKLOG K7 session 47) -- the price of O without the 26% loss.
 constexpr bool serial_two_level_pv(int head_dim) { return head_dim == 256; }
+// Where a consumer waits for the previous tile's P V in its overlapped loop (k7_kernel.cuh):
+// after its row max (sm90::warpgroup_wait_after), so that the exponentials overlap P V, or with a
+// bare wait, which ptxas schedules before the row max. Measured with P V accumulating onto O
+// (H200, same call, every head dim; WORKLOG, K7 fifth pass): after the max +1-5% at d = 64,
+// +0.4-2.7% at d = 256, +2-4.6% on d = 128's 192-key tiles; on its 128-key tiles (then d = 128 rows
+// under 2k keys) the bare wait up to 3% faster. With the two-level accumulation the 128-key tiles
+// take every d = 128 row, and there the wait after the max measured (H100, three interleaved
+// rounds; WORKLOG, K7 session 48) k7 +5.6% (+10% at 16k keys, 0.99-1.01x at 512) and k8 +0.2%;
+// a wait after the row sums (all the exponentials) lost 4-5%.
+constexpr bool wait_pv_after_max(int head_dim, int block_n) {
+  return two_level_pv(head_dim) || !(head_dim == 128 && block_n == 128);
+}
 
 // Wide tiles where they measured faster than 128 keys (WORKLOG, K7 third pass; A/B on the sweep,
 // H100, same runs): d = 128, 192 keys: +4-7% from 2k keys, causal from 4k (+1-6%; -3% at 2k).
