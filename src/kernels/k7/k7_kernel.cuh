@@ -22,7 +22,7 @@
 //     add_tile_to_output): the FP8 tensor cores' accumulation keeps ~13 bits, and onto a large O
 //     it lost 26% (relative RMS) over 16k keys of one-sign V. At d = 256, where the second
 //     accumulator does not fit beside S under the intra-warpgroup overlap, the loop runs without
-//     that overlap and P V in column halves (k7_launch.h: serial_two_level_pv).
+//     that overlap and P V in column quarters (k7_launch.h: serial_two_level_pv).
 // O is stored from registers (K6's staging through shared memory is not built here yet).
 #pragma once
 
@@ -154,19 +154,19 @@ struct K7Config {
   static constexpr bool kBroadcastTileCoord = broadcast_tile_coord(D, BlockN);
   static constexpr bool kUniformStorageBase = uniform_storage_base(D, BlockN);
   static constexpr bool kTwoLevelPv = two_level_pv(D);
-  // d = 256: the two-level accumulation without the intra-warpgroup overlap, P V in two halves of
-  // D / 2 columns whose accumulator takes S's registers (k7_launch.h: serial_two_level_pv).
+  // d = 256: the two-level accumulation without the intra-warpgroup overlap, P V in four quarters
+  // of D / 4 columns whose two accumulators take S's registers (k7_launch.h: serial_two_level_pv).
   static constexpr bool kSerialPv = serial_two_level_pv(D);
   static constexpr int kConsumerThreads = 128 * ConsumerWarpgroups;
   static constexpr int kThreads = threads(ConsumerWarpgroups);
   using QLayout = sm90::TileLayout<E, kBlockM, D>;
   using KVLayout = sm90::TileLayout<E, kBlockN, D>;
   using VtLayout = sm90::TileLayout<E, D, kBlockN>;  // (head_dim, keys), keys contiguous
-  // kSerialPv: half of it (D / 2 rows: the swizzle atoms stack down the rows, so each half is
-  // contiguous) and the GEMM that reads it.
-  using VtHalfLayout = sm90::TileLayout<E, D / 2, kBlockN>;
-  using MmaPVHalf = sm90::RegisterATiledMma<E, D / 2, kBlockN, cute::GMMA::Major::K,
-                                            sm90::WarpgroupsAlongM<ConsumerWarpgroups>>;
+  // kSerialPv: a quarter of it (D / 4 rows: the swizzle atoms stack down the rows, so each
+  // quarter is contiguous) and the GEMM that reads it.
+  using VtQuarterLayout = sm90::TileLayout<E, D / 4, kBlockN>;
+  using MmaPVQuarter = sm90::RegisterATiledMma<E, D / 4, kBlockN, cute::GMMA::Major::K,
+                                               sm90::WarpgroupsAlongM<ConsumerWarpgroups>>;
   using MmaQK = sm90::QkTiledMma<E, kBlockN, D, sm90::WarpgroupsAlongM<ConsumerWarpgroups>>;
   using MmaPV = sm90::RegisterATiledMma<E, D, kBlockN, cute::GMMA::Major::K,
                                         sm90::WarpgroupsAlongM<ConsumerWarpgroups>>;
@@ -315,15 +315,20 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
 
   if (range.end == 0) QPipeline::consumer_release(ss.q_pipeline, q);  // sees no key: O = 0
   if constexpr (Config::kSerialPv) {
-    // Each tile in turn: S_j, its softmax and P_j, then P_j V_j in two column halves, each into
-    // T_half (S's registers, free once P_j is packed) and added to O's half with the rescale:
-    // O = O * alpha_j + T (alpha 0 on the first tile, whose O is zero). The turns of the
-    // ping-pong order the S GEMMs; while one warpgroup's softmax runs, the other's GEMMs do.
-    typename Config::MmaPVHalf mma_pv_half;
-    auto thr_pv_half = mma_pv_half.get_thread_slice(mma_thread);
-    Tensor tOrT2 = partition_fragment_C(mma_pv_half, Shape<Int<kBlockM>, Int<D / 2>>{});
-    Tensor t2_rc = sm90::as_rowcol(tOrT2);
-    constexpr int kHalfCols = decltype(size<1>(t2_rc))::value;
+    // Each tile in turn: S_j, its softmax and P_j, then P_j V_j in four column quarters through
+    // two accumulators taken in turn (S's registers, free once P_j is packed), each quarter added
+    // to O's with the rescale: O = O * alpha_j + T (alpha 0 on the first tile, whose O is zero).
+    // A quarter's GEMM runs while the previous quarter joins O; in halves through one accumulator
+    // each GEMM waited for the last one's FFMAs (0.991x k7, 0.982x k8: WORKLOG, K7 session 48).
+    // The turns of the ping-pong order the S GEMMs; while one warpgroup's softmax runs, the
+    // other's GEMMs do.
+    typename Config::MmaPVQuarter mma_pv_quarter;
+    auto thr_pv_quarter = mma_pv_quarter.get_thread_slice(mma_thread);
+    Tensor tOrTa = partition_fragment_C(mma_pv_quarter, Shape<Int<kBlockM>, Int<D / 4>>{});
+    Tensor tOrTb = partition_fragment_C(mma_pv_quarter, Shape<Int<kBlockM>, Int<D / 4>>{});
+    Tensor ta_rc = sm90::as_rowcol(tOrTa);
+    Tensor tb_rc = sm90::as_rowcol(tOrTb);
+    constexpr int kQuarterCols = decltype(size<1>(ta_rc))::value;
     for (int tile = 0; tile < range.end; ++tile) {
       const TileScales ts = (kTileFactor && tile == 0) ? tile0_scales : tile_scales(tile);
       // The same steps as tile 0 of the overlapped loop below. Shared through a lambda, in any
@@ -342,15 +347,27 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
         for (int r = 0; r < kRows; ++r) alpha[r] = 0.f;
       }
       Pipeline::consumer_wait(ss.pipeline_vt, kv);
-      CUTE_UNROLL
-      for (int half = 0; half < 2; ++half) {
-        Tensor tOrV = thr_pv_half.partition_fragment_B(make_tensor(
-            make_smem_ptr(ss.vt[kv.index] + half * (D / 2) * kBlockN), typename Config::VtHalfLayout{}));
-        sm90::warpgroup_gemm_issue</*kZeroInit=*/true, /*kRegisterA=*/true>(mma_pv_half, tOrP, tOrV, tOrT2);
-        warpgroup_wait<0>();
-        sm90::fence_after_wait(tOrT2, tOrP);
-        sm90::add_tile_to_output(o_rc, t2_rc, alpha, half * kHalfCols);
-      }
+      auto issue_quarter = [&](int quarter, auto& t) {
+        Tensor tOrV = thr_pv_quarter.partition_fragment_B(make_tensor(
+            make_smem_ptr(ss.vt[kv.index] + quarter * (D / 4) * kBlockN), typename Config::VtQuarterLayout{}));
+        sm90::warpgroup_gemm_issue</*kZeroInit=*/true, /*kRegisterA=*/true>(mma_pv_quarter, tOrP, tOrV, t);
+      };
+      issue_quarter(0, tOrTa);
+      issue_quarter(1, tOrTb);
+      warpgroup_wait<1>();  // quarter 0
+      sm90::fence_after_wait(tOrTa);
+      sm90::add_tile_to_output(o_rc, ta_rc, alpha, 0 * kQuarterCols);
+      issue_quarter(2, tOrTa);
+      warpgroup_wait<1>();  // quarter 1
+      sm90::fence_after_wait(tOrTb);
+      sm90::add_tile_to_output(o_rc, tb_rc, alpha, 1 * kQuarterCols);
+      issue_quarter(3, tOrTb);
+      warpgroup_wait<1>();  // quarter 2
+      sm90::fence_after_wait(tOrTa);
+      sm90::add_tile_to_output(o_rc, ta_rc, alpha, 2 * kQuarterCols);
+      warpgroup_wait<0>();  // quarter 3, and P_j no longer read
+      sm90::fence_after_wait(tOrTb, tOrP);
+      sm90::add_tile_to_output(o_rc, tb_rc, alpha, 3 * kQuarterCols);
       Pipeline::consumer_release(ss.pipeline_vt, kv);
       kv.advance();
     }

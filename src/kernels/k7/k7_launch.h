@@ -51,9 +51,11 @@ constexpr bool uniform_storage_base(int head_dim, int block_n) { return !(head_d
 // 128 registers) T only fits in the serial form below.
 constexpr bool two_level_pv(int /*head_dim*/) { return true; }
 // d = 256: the loop without the intra-warpgroup overlap (S_j, its softmax, then P_j V_j), with P V
-// in two halves of 128 columns whose T takes S's registers once P_j is packed: no spills beyond
-// main's (the producer's), and measured 0.921x (k7) / 0.925x (k8) main's speed at d = 256 (H100
-// A/B, WORKLOG K7 session 47) -- the price of O without the 26% loss.
+// in column blocks whose accumulators take S's registers once P_j is packed: no spills in the
+// consumers' loop. In two halves of 128 columns through one accumulator it measured 0.921x (k7) /
+// 0.925x (k8) the one-level speed at d = 256 (H100 A/B, WORKLOG K7 session 47) -- the price of O
+// without the 26% loss; in four quarters through two accumulators taken in turn (one quarter's
+// GEMM runs while the last one joins O) 1.009x / 1.018x the halves (session 48).
 constexpr bool serial_two_level_pv(int head_dim) { return head_dim == 256; }
 // Where a consumer waits for the previous tile's P V in its overlapped loop (k7_kernel.cuh):
 // after its row max (sm90::warpgroup_wait_after), so that the exponentials overlap P V, or with a
