@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # An A/B on a GPU machine: the tree this script lives in ("new") against a base tree ("old"),
 # both built here, then ROUNDS interleaved rounds of each hfa-bench command on each build (old,
-# new, old, new, ...), so that clock and thermal drift fall on both sides alike. The log is what
+# new; new, old; old, new, ...: the order reversed every round, since the build timed second in a
+# pair measured up to 3% faster on some rows, WORKLOG K7 session 48), so that clock and thermal
+# drift fall on both sides alike. The log is what
 # scripts/ab_summary.py reads ("== round R old|new LABEL" headers before hfa-bench's lines).
 #
 #   scripts/ab.sh pack REV FILE.tar.gz     (here, where git is) the base tree of revision REV as a
@@ -67,7 +69,9 @@ case "${1:-}" in
     args=("$@")
     for r in $(seq 1 "$rounds"); do
       for ((i = 0; i < ${#args[@]}; i += 2)); do
-        for side in old new; do
+        sides="old new"
+        [ $((r % 2)) -eq 0 ] && sides="new old"
+        for side in $sides; do
           echo "== round $r $side ${args[i]}"
           # shellcheck disable=SC2086  # ARGS are hfa-bench's words
           LD_LIBRARY_PATH=/tmp/ab-$side timeout "$limit" /tmp/ab-$side/tools/hfa-bench/hfa-bench ${args[i + 1]} | grep -vE "^\[|^hfa-bench:"
