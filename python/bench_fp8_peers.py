@@ -6,6 +6,12 @@ ceiling ("cublas_gemm_fp8": torch._scaled_mm, 8192^3). hfa's k7 and k8 are timed
 the same device call; --merge takes their JSON files and prints each / fa3_fp8 per configuration
 and their geometric means. No hfa import: this runs on a machine with only torch and the wheel.
 
+--passes N (default 2) times every peer configuration in N passes over the sweep and keeps each
+row's fastest median ("ms_passes" lists them all): two of four single-pass runs in session 48 had
+one fa3_fp8 row several times slower than in every other run (d = 256 causal 512 at 42 TFLOPS, d =
+256 non-causal 8k at 679), a transient slowdown over one short row's timing window that the peer
+should not be charged with. (hfa-bench's own rows are timed once: the favor goes to the peer.)
+
   python bench_fp8_peers.py --merge sweep-k7.json sweep-k8.json --json fp8-peers.json
 """
 import argparse
@@ -84,26 +90,38 @@ def main():
     ap.add_argument("--json", required=True)
     ap.add_argument("--merge", nargs="*", default=[], help="hfa-bench --json files of the same run (k7, k8 rows)")
     ap.add_argument("--peers", default="fa3_fp8,cudnn_fp8", help="comma-separated: " + ", ".join(PEERS))
+    ap.add_argument("--passes", type=int, default=2,
+                    help="passes over the sweep per peer; each row keeps its fastest pass's median")
     add_timer_args(ap, max_seconds=6.0)
     args = ap.parse_args()
+    if args.passes < 1:
+        ap.error(f"--passes must be at least 1, got {args.passes}")
     timer = timer_from(args)
     rows = []
     ms, tf = fp8_gemm_tflops(timer)
     rows.append(dict(impl="cublas_gemm_fp8", kind="gemm", dtype="e4m3", ms=ms, tflops=tf, check=None))
     print(f"cublas_gemm_fp8 8192^3: {tf:.1f} TFLOPS", flush=True)
-    for cfg in sweep([64, 128, 256], [512, 1024, 2048, 4096, 8192, 16384]):
-        flops = 4 * cfg["batch"] * cfg["heads"] * cfg["s"] ** 2 * cfg["d"] * (0.5 if cfg["causal"] else 1)
-        for name in args.peers.split(","):
-            row = dict(impl=name, kind="fwd", dtype="e4m3", d=cfg["d"], causal=int(cfg["causal"]),
-                       seqlen_q=cfg["s"], seqlen_k=cfg["s"], batch=cfg["batch"], heads_q=cfg["heads"],
-                       heads_kv=cfg["heads"], check=None)
-            try:
-                ms, iters = timer.median_ms(PEERS[name](cfg))
-                row.update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12, iters=iters)
-            except Exception as e:  # a peer that cannot run is reported as such
-                row.update(ms=None, tflops=None, error=str(e)[:200])
-            rows.append(row)
-            print(row, flush=True)
+    peer_rows = {}  # (peer, d, causal, s) -> its row, over the passes
+    for pass_index in range(args.passes):
+        for cfg in sweep([64, 128, 256], [512, 1024, 2048, 4096, 8192, 16384]):
+            flops = 4 * cfg["batch"] * cfg["heads"] * cfg["s"] ** 2 * cfg["d"] * (0.5 if cfg["causal"] else 1)
+            for name in args.peers.split(","):
+                key = (name, cfg["d"], int(cfg["causal"]), cfg["s"])
+                row = peer_rows.setdefault(key, dict(
+                    impl=name, kind="fwd", dtype="e4m3", d=cfg["d"], causal=int(cfg["causal"]),
+                    seqlen_q=cfg["s"], seqlen_k=cfg["s"], batch=cfg["batch"], heads_q=cfg["heads"],
+                    heads_kv=cfg["heads"], check=None, ms=None, tflops=None, ms_passes=[]))
+                if "error" in row:
+                    continue  # a peer that cannot run is reported once
+                try:
+                    ms, iters = timer.median_ms(PEERS[name](cfg))
+                    row["ms_passes"].append(ms)
+                    if row["ms"] is None or ms < row["ms"]:
+                        row.update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12, iters=iters)
+                except Exception as e:  # a peer that cannot run is reported as such
+                    row.update(ms=None, tflops=None, error=str(e)[:200])
+                print(f"pass {pass_index + 1}: {row}", flush=True)
+    rows += peer_rows.values()
     peer_name = args.peers.split(",")[0]
     peer = {(r["d"], r["causal"], r["seqlen_q"]): r for r in rows if r["impl"] == peer_name}
     for merge in args.merge:
