@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU verification in one call, for the lent H100 (or any GPU machine):
-#   1. GPU tests (every kernel over the test matrix), CPU tests, the hfa-bench CLI test
+#   1. GPU tests (every kernel over the test matrix), CPU tests, the hfa-bench CLI test; then
+#      (step "fuzz") scripts/fuzz_check.py's random problems through hfa-bench --check
 #   2. compute-sanitizer memcheck, racecheck and synccheck on each kernel in $SANITIZE_KERNELS
 #   3. the seeds' sweep with --check for each kernel in $SWEEP_KERNELS, JSON under $OUT
 #   4. the torch binding: pip install (one command), its pytest suite
@@ -18,7 +19,7 @@
 # Builds first unless $HFA_BUILD_DIR already holds working binaries (carried builds).
 #
 # Environment: OUT, HFA_BUILD_DIR (default build), HFA_COMMIT (recorded in the JSON),
-#   STEPS (default "sass tests sanitize sweep python peers"; also "peers-bwd"),
+#   STEPS (default "sass tests fuzz sanitize sweep python peers"; also "peers-bwd"),
 #   SANITIZE_KERNELS (default: all, and quantize_fp8 through its GPU tests; kernels in
 #     $BWD_KERNELS are sanitized with --bwd too),
 #   PEER_KERNELS (default "k2,k1"), PEER_ARGS (extra bench_peers.py args),
@@ -31,7 +32,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-check-out}
 build=${HFA_BUILD_DIR:-$root/build}
-steps=${STEPS:-sass tests sanitize sweep python peers}
+steps=${STEPS:-sass tests fuzz sanitize sweep python peers}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$build:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export HFA_COMMIT=${HFA_COMMIT:-$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
@@ -86,6 +87,14 @@ if [[ " $steps " == *" tests "* ]]; then
     --gtest_filter='*fa2*'
   step cpu-tests "$build/tests/hfa_cpu_tests"
   step cli-test "$root/tests/cli_test.sh" "$bench"
+fi
+
+if [[ " $steps " == *" fuzz "* ]]; then
+  # Random problems the matrix does not name, each against the fp64 reference (FUZZ_SEED,
+  # FUZZ_COUNT; the log of every problem in fuzz.txt).
+  step fuzz python3 "$root/scripts/fuzz_check.py" --bench "$bench" --seed "${FUZZ_SEED:-1}" \
+    --count "${FUZZ_COUNT:-400}" --jobs 4 --budget-s 300 --log "$out/fuzz.txt"
+  grep "fuzz_check:" "$steps_log" | tail -1 >>"$summary" || true
 fi
 
 if [[ " $steps " == *" sanitize "* ]]; then
