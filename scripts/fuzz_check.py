@@ -119,13 +119,15 @@ def problems(seed, count):
         yield i, args + ["--check", "--iters", "1", "--warmup", "0", "--seed", str(rng.randrange(1 << 31))]
 
 
-def classify(out):
+def classify(out, returncode=0):
+    """FAIL, refused, error or PASS from hfa-bench's rows; a process that exits non-zero with only
+    PASS rows (a crash after the check, a CUDA error) is an error."""
     rows = [l for l in out.splitlines() if " PASS " in f" {l} " or " FAIL" in l or "not run:" in l]
     if any(" FAIL" in l for l in rows):
         return "FAIL"
     if any("not run: unsupported" in l for l in rows):
         return "refused"
-    if any("not run:" in l for l in rows) or not rows:
+    if any("not run:" in l for l in rows) or not rows or returncode != 0:
         return "error"
     return "PASS"
 
@@ -154,6 +156,7 @@ def self_test():
                    for c in cmds if "--decode" not in c), "e4m3 inputs take no variants"
     row = "auto     bf16   128      1    257     63     2    6    1     0.0312    10.00  "
     assert classify(row + "PASS  1.00e-03  1.00e-03") == "PASS"
+    assert classify(row + "PASS  1.00e-03  1.00e-03", returncode=139) == "error"
     assert classify(row + "FAIL  1.00e-01  1.00e-01\n    O: max error") == "FAIL"
     assert classify("k7       e4m3   128      0    257     63     2    6    1  not run: unsupported: "
                     "window_left: kernel k7 does not support windows") == "refused"
@@ -196,7 +199,7 @@ def main():
         try:
             p = subprocess.run([a.bench] + args, capture_output=True, text=True, timeout=a.timeout_s)
             out = p.stdout + p.stderr
-            return i, args, classify(out), out
+            return i, args, classify(out, p.returncode), out
         except subprocess.TimeoutExpired:
             return i, args, "timeout", ""
 
