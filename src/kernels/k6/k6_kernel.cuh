@@ -205,12 +205,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   typename Pipeline::State prev = kv;  // the stage whose P V is pending
   if (!range.empty()) {
     // The first tile: S alone (O is zero: no rescale).
-    Pipeline::consumer_wait(ss.pipeline, kv);
-    turns.begin();
-    issue_qk(kv);
-    turns.end();
-    warpgroup_wait<0>();
-    sm90::fence_after_wait(tSrS);
+    turns.template s_alone<Pipeline>(ss.pipeline, kv, issue_qk, tSrS);
     softmax_of(range.begin, kv, range.needs_mask(range.begin));
     sm90::convert_to_a_operand(tSrS, tOrP);
     prev = kv;

@@ -331,15 +331,11 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
     constexpr int kQuarterCols = decltype(size<1>(ta_rc))::value;
     for (int tile = 0; tile < range.end; ++tile) {
       const TileScales ts = (kTileFactor && tile == 0) ? tile0_scales : tile_scales(tile);
-      // The same steps as tile 0 of the overlapped loop below. Shared through a lambda, in any
-      // form tried, they changed that loop's register allocation (16 -> 24 stack bytes, 28 -> 36
-      // LDL/STL at d = 128), so each loop keeps its own copy.
-      Pipeline::consumer_wait(ss.pipeline_k, kv);
-      turns.begin();
-      issue_qk(kv);
-      turns.end();
-      warpgroup_wait<0>();
-      sm90::fence_after_wait(tSrS);
+      // The same steps as tile 0 of the overlapped loop below. The S step is shared
+      // (WarpgroupTurns::s_alone: SASS identical to the copies it replaced); the softmax and the
+      // conversion are not: shared through a lambda with them, that loop's register allocation
+      // changed (16 -> 24 stack bytes, 28 -> 36 LDL/STL at d = 128).
+      turns.template s_alone<Pipeline>(ss.pipeline_k, kv, issue_qk, tSrS);
       softmax_of(tile, kv, ts);
       sm90::convert_to_fp8_a_operand(tSrS, tOrP);
       if (tile == 0) {
@@ -374,12 +370,7 @@ __device__ __forceinline__ void consume_tile(const typename Config::Params& para
   } else {
   typename Pipeline::State prev = kv;  // the stage whose P V is pending
   if (range.end > 0) {             // tile 0: S_0 alone (O is zero: no rescale)
-    Pipeline::consumer_wait(ss.pipeline_k, kv);
-    turns.begin();
-    issue_qk(kv);
-    turns.end();
-    warpgroup_wait<0>();
-    sm90::fence_after_wait(tSrS);
+    turns.template s_alone<Pipeline>(ss.pipeline_k, kv, issue_qk, tSrS);
     softmax_of(0, kv, kTileFactor ? tile0_scales : tile_scales(0));
     sm90::convert_to_fp8_a_operand(tSrS, tOrP);
     prev = kv;

@@ -14,6 +14,8 @@
 
 #include <cutlass/arch/barrier.h>
 
+#include "kernels/sm90/common/wgmma.cuh"
+
 namespace hfa::sm90 {
 
 template <bool kEnabled>
@@ -35,6 +37,19 @@ struct WarpgroupTurns {
   }
   __device__ void finish() const {
     if (kEnabled && warpgroup == 0) cutlass::arch::NamedBarrier::sync(kThreads, kFirstBarrierId);
+  }
+
+  // S = Q K^T of KV stage `st` with no P V beside it (the first tile of k6 and k7, every tile of
+  // k7's serial loop): wait for K, issue in this warpgroup's turn, wait for S to land.
+  template <class Pipeline, class PipelineStorage, class State, class IssueQk, class FragmentS>
+  __device__ __forceinline__ void s_alone(PipelineStorage& pipeline, const State& st, IssueQk& issue_qk,
+                                          FragmentS& tSrS) const {
+    Pipeline::consumer_wait(pipeline, st);
+    begin();
+    issue_qk(st);
+    end();
+    cute::warpgroup_wait<0>();
+    fence_after_wait(tSrS);
   }
 };
 
