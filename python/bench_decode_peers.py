@@ -13,8 +13,14 @@ median of --iters):
 GB/s = bytes of K and V read / time (1 byte per element for e4m3). hfa's rows come from hfa-bench --decode --sweep --json in the
 same device call (--merge); the table prints hfa / best(cudnn, fa3) per configuration and the
 geometric mean. No hfa import: this runs with only torch and the wheel.
+The score variants (--window L,R, --softcap X, --sinks; --sweep variants: batch {1, 8, 64} x KV
+length {8k, 64k}, d = 128): SDPA takes none of them (its rows are left out), FlashAttention-3's
+flash_attn_with_kvcache takes window_size and softcap (sinks: reported as it fails, if it does),
+and "fa3_window_keys" attends without a window to a cache of only the window's keys;
+GB/s then counts the keys the window leaves (min(KV length, L + 1)), as hfa-bench does.
 
   python bench_decode_peers.py --merge decode.json --json decode-peers.json --plot decode.png
+  python bench_decode_peers.py --sweep variants --window 4096,0 --peers fa3,fa3_paged --merge w.json --json p.json
 """
 import argparse
 import json
@@ -41,8 +47,19 @@ def decode_sweep():
         yield dict(batch=batch, sk=sk, hq=32, hkv=8, d=256)
 
 
+def variants_sweep():
+    for batch in (1, 8, 64):
+        for sk in (8192, 65536):
+            yield dict(batch=batch, sk=sk, hq=32, hkv=8, d=128)
+
+
+VARIANTS = {}  # --window / --softcap / --sinks: window_left, window_right, softcap, sinks
+
+
 def kv_bytes(c, elem_bytes=2):
-    return 2 * c["batch"] * c["sk"] * c["hkv"] * c["d"] * elem_bytes
+    left = VARIANTS.get("window_left", -1)
+    keys = min(c["sk"], left + 1) if left >= 0 else c["sk"]  # one new token: its window's keys
+    return 2 * c["batch"] * keys * c["hkv"] * c["d"] * elem_bytes
 
 
 def sdpa_fn(backend):
@@ -59,10 +76,17 @@ def sdpa_fn(backend):
     return make
 
 
-def fa3_fn(page_size, fp8=False):
+def fa3_fn(page_size, fp8=False, window_keys_only=False):
+    """window_keys_only: a cache that holds only the keys the window leaves (the last
+    min(KV length, L + 1)), attended to without a window: the same keys read, for FlashAttention-3
+    builds that take no window (the fa3_fwd wheel: "does not support local attention")."""
     def make(c):
         from fa3_fwd_interface import flash_attn_with_kvcache
         b, sk, hkv, d = c["batch"], c["sk"], c["hkv"], c["d"]
+        if window_keys_only:
+            if VARIANTS.get("window_left", -1) < 0:
+                raise ValueError("fa3_window_keys: only with --window L,R (L >= 0)")
+            sk = min(sk, VARIANTS["window_left"] + 1)
 
         def tensor(*shape):
             x = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
@@ -79,19 +103,34 @@ def fa3_fn(page_size, fp8=False):
         descales = {}
         if fp8:
             descales = {n: torch.full((b, hkv), 1 / 64, device="cuda") for n in ("q_descale", "k_descale", "v_descale")}
-        return lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, page_table=table, **descales)
+        variant_args = {}
+        if VARIANTS:
+            variant_args = dict(softcap=VARIANTS["softcap"])
+            if not window_keys_only:
+                variant_args["window_size"] = (VARIANTS["window_left"], VARIANTS["window_right"])
+            if VARIANTS["sinks"]:  # (a learned logit per query head, as gpt-oss has)
+                import inspect
+                names = inspect.signature(flash_attn_with_kvcache).parameters
+                name = next((n for n in ("learnable_sink", "s_aux", "sinks") if n in names), None)
+                if name is None:
+                    raise NotImplementedError("fa3_fwd's flash_attn_with_kvcache takes no attention sinks")
+                variant_args[name] = torch.rand(c["hq"], device="cuda") * 5 - 1
+        return lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, page_table=table,
+                                               **descales, **variant_args)
     return make
 
 
 PEERS = {"cudnn": sdpa_fn(SDPBackend.CUDNN_ATTENTION), "torch_flash": sdpa_fn(SDPBackend.FLASH_ATTENTION),
-         "fa3": fa3_fn(0), "fa3_paged": fa3_fn(64), "fa3_fp8": fa3_fn(0, True), "fa3_fp8_paged": fa3_fn(64, True)}
+         "fa3": fa3_fn(0), "fa3_paged": fa3_fn(64), "fa3_fp8": fa3_fn(0, True), "fa3_fp8_paged": fa3_fn(64, True),
+         "fa3_window_keys": fa3_fn(0, window_keys_only=True)}
 E4M3_PEERS = ("fa3_fp8", "fa3_fp8_paged")
 # The peers an hfa row is compared with: the best of these, per configuration and cache dtype.
-BEST_OF = {"bf16": ("cudnn", "fa3"), "e4m3": ("fa3_fp8",)}
+BEST_OF = {"bf16": ("cudnn", "fa3", "fa3_window_keys"), "e4m3": ("fa3_fp8",)}
 
 
 def key(r):
-    return (r["batch"], r["seqlen_k"], r["heads_q"], r["heads_kv"], r["d"], r.get("kv_dtype", "bf16"))
+    return (r["batch"], r["seqlen_k"], r["heads_q"], r["heads_kv"], r["d"], r.get("kv_dtype", "bf16"),
+            r.get("window_left", -1), r.get("window_right", -1), r.get("softcap", 0), r.get("sinks", False))
 
 
 def plot(rows, path):
@@ -124,17 +163,26 @@ def main():
     ap.add_argument("--merge", nargs="*", default=[], help="hfa-bench --decode --json files of the same run")
     ap.add_argument("--peers", default="cudnn,torch_flash,fa3,fa3_paged", help=", ".join(PEERS))
     ap.add_argument("--plot")
+    ap.add_argument("--sweep", choices=("decode", "variants"), default="decode")
+    ap.add_argument("--window", default="-1,-1", help="LEFT,RIGHT (-1 unbounded)")
+    ap.add_argument("--softcap", type=float, default=0.0)
+    ap.add_argument("--sinks", action="store_true")
     add_timer_args(ap, max_seconds=4.0)
     args = ap.parse_args()
     timer = timer_from(args)
+    left, right = (int(x) for x in args.window.split(","))
+    if (left, right) != (-1, -1) or args.softcap or args.sinks:
+        VARIANTS.update(window_left=left, window_right=right, softcap=args.softcap, sinks=args.sinks)
     rows = []
-    for c in decode_sweep():
+    for c in (decode_sweep() if args.sweep == "decode" else variants_sweep()):
         for name in args.peers.split(","):
+            if VARIANTS and name in ("cudnn", "torch_flash"):
+                continue  # SDPA takes no window, softcap or sinks
             fp8 = name in E4M3_PEERS
             row = dict(impl=name, kind="decode", dtype="e4m3" if fp8 else "bf16", d=c["d"], causal=False,
                        seqlen_q=1, seqlen_k=c["sk"], batch=c["batch"], heads_q=c["hq"], heads_kv=c["hkv"],
                        page_size=64 if name.endswith("_paged") else 0, kv_dtype="e4m3" if fp8 else "bf16",
-                       check=None)
+                       check=None, **VARIANTS)
             try:
                 ms, iters = timer.median_ms(PEERS[name](c))
                 row.update(ms=ms, gbps=kv_bytes(c, 1 if fp8 else 2) / (ms * 1e-3) / 1e9, iters=iters)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Random problems through `hfa-bench --check`: the forward ("auto", k6, fa2, and k7 / k8 on e4m3
 inputs), the backward (default and deterministic), the score variants, variable-length batches and
-flash decode (contiguous and paged caches, bf16 and e4m3), each against the fp64 CPU reference.
+flash decode (contiguous and paged caches, bf16 and e4m3, with the variants too), each against
+the fp64 CPU reference.
 
 The GPU test suite checks a fixed matrix; this draws shapes the matrix does not name (odd lengths
 on either side of tile edges, sq != sk both ways, GQA ratios up to 16:1, windows, caps, sinks,
@@ -108,6 +109,7 @@ def decode(rng):
         args += ["--causal"]
     if rng.random() < 0.3:
         args += ["--dtype", "fp16"]
+    variants(rng, args)  # (after --causal: it bounds window_right)
     return args
 
 
@@ -145,6 +147,8 @@ def self_test():
               "--values uniform": "uniform values", "--causal": "causal", "--headdim 256": "d = 256"}
     for needle, what in wanted.items():
         assert any(needle in c for c in cmds), f"no problem with {what}"
+    for flag in ("--window", "--softcap", "--sinks"):
+        assert any("--decode" in c and flag in c for c in cmds), f"no decode problem with {flag}"
     assert not any(c.startswith("fa2 ") and ("--window" in c or "--softcap" in c or "--sinks" in c)
                    for c in cmds), "fa2 takes no variants"
     for c in cmds:

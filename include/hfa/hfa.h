@@ -288,6 +288,20 @@ struct DecodeArgs {
   // Splits of each sequence's keys across CTAs, 1 .. 256; 0 lets plan_decode() choose (from the
   // shapes and the GPU's SM count: docs/WORKLOG.md, "Flash decode").
   int num_splits = 0;
+
+  // The score variants, as ForwardArgs has them (Mistral's and gpt-oss's sliding windows,
+  // Gemma 2's softcap, gpt-oss's sinks), with n_b keys in place of seqlen_k:
+  // Sliding window: query i sees key j iff
+  //   i + n_b - seqlen_q - window_left <= j <= i + n_b - seqlen_q + window_right,
+  // -1 unbounded on that side (both -1: no window). With causal, window_right must be -1 or 0;
+  // (-1, 0) is the causal mask itself. The splits share out the keys the window leaves (a window
+  // of 4096 over a 64k cache reads ~4096 keys per sequence), and plan_decode() counts only those.
+  int window_left = -1, window_right = -1;
+  // > 0: scores become softcap * tanh(softmax_scale * q.k / softcap). 0: off. Finite, >= 0.
+  float softcap = 0.f;
+  // Optional fp32 (heads_q), any stride: a logit per query head added to each row's softmax
+  // denominator (not to the output); a row that sees no key gets O = 0, LSE = sinks[h].
+  TensorView sinks;
 };
 
 // What plan_decode() computes on the host: the split count and the workspace size, for one set of

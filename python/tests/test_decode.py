@@ -1,7 +1,8 @@
 """hfa.attention_with_kvcache against SDPA's math backend on the gathered keys of each sequence
 (the tolerance rule of test_attention.py), with contiguous and paged caches, appended keys,
-cache_batch_idx, causal speculative tokens, e4m3 caches with descales; its error paths, torch.compile, opcheck and a CUDA
-graph replay."""
+cache_batch_idx, causal speculative tokens, e4m3 caches with descales; sliding windows, softcap
+and sinks (against test_variants.py's reference); its error paths, torch.compile, opcheck and a
+CUDA graph replay."""
 import math
 import zlib
 
@@ -10,6 +11,7 @@ import torch
 
 import hfa
 from test_attention import ATOL, sdpa_math, straightforward, reference_lse
+from test_variants import variant_attention
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 
@@ -76,6 +78,69 @@ def test_matches_sdpa_math(case):
         assert torch.equal(torch.isneginf(got), ~finite)
         if finite.any():
             assert (got[finite] - ref_lse[finite]).abs().max().item() <= 1e-3
+
+
+VARIANT_CASES = [  # window, causal, softcap, sinks, sq, page, num_splits
+    ((300, -1), False, 0.0, False, 1, 0, 0),
+    ((100, 0), True, 0.0, False, 4, 64, 0),
+    ((64, 5), False, 0.0, False, 3, 16, 3),
+    ((-1, -1), False, 30.0, False, 1, 0, 0),
+    ((-1, -1), True, 0.0, True, 2, 64, 0),
+    ((200, -1), True, 20.0, True, 16, 0, 7),
+]
+
+
+@pytest.mark.parametrize("case", VARIANT_CASES, ids=lambda c: "w{}_{}_c{:d}_cap{}_s{:d}_sq{}_p{}_n{}".format(
+    c[0][0], c[0][1], c[1], c[2], c[3], c[4], c[5], c[6]))
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+def test_variants_match_reference(case, dt):
+    """Sliding windows, softcap and sinks in decode (new tokens appended): each sequence against
+    the float64 reference from the definitions over its gathered keys, by the tolerance rule."""
+    window, causal, softcap, with_sinks, sq, page, splits = case
+    b, hq, hkv, d, cap, new = 3, 16, 4, 128, 1500, min(sq, 2)
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr((case, dt)).encode()))
+    kc, vc, table, gather = make_cache(b, cap, hkv, d, dt, page, gen)
+    capacity = table.shape[1] * page if page else cap
+    lens = torch.randint(0, capacity - new + 1, (b,), device="cuda", generator=gen, dtype=torch.int32)
+    lens[0] = 0  # with sinks: rows that see no key get O = 0, LSE = the sink
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt, generator=gen)
+    k, v = (torch.randn(b, new, hkv, d, device="cuda", dtype=dt, generator=gen) for _ in range(2))
+    sinks = torch.rand(hq, device="cuda", generator=gen) * 5 - 1 if with_sinks else None
+    out, lse = hfa.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, page_table=table,
+                                          causal=causal, return_lse=True, num_splits=splits,
+                                          window_size=window, softcap=softcap, sinks=sinks)
+    scale = 1 / math.sqrt(d)
+    for i in range(b):
+        n = int(lens[i]) + new
+        ki, vi = gather(kc, i, n)[None], gather(vc, i, n)[None]
+        qi = q[i : i + 1]
+        ref, ref_lse = variant_attention(qi.double(), ki.double(), vi.double(), scale, window, causal,
+                                         softcap, None if sinks is None else sinks.double())
+        base, _ = variant_attention(qi, ki, vi, scale, window, causal, softcap, sinks, lowp=True)
+        err = (out[i : i + 1].double() - ref.double()).abs().max().item()
+        base_err = (base.double() - ref.double()).abs().max().item()
+        assert err <= 2 * base_err + ATOL[dt], f"sequence {i}: err {err:.3e} > 2 * {base_err:.3e} + atol"
+        got = lse[i : i + 1].double()
+        finite = torch.isfinite(ref_lse)
+        assert torch.equal(torch.isneginf(got), ~finite)
+        if finite.any():
+            assert (got[finite] - ref_lse[finite]).abs().max().item() <= 1e-3
+
+
+def test_variant_errors_name_the_argument():
+    q = torch.randn(1, 1, 8, 128, device="cuda", dtype=torch.bfloat16)
+    kc = torch.randn(1, 64, 2, 128, device="cuda", dtype=torch.bfloat16)
+    lens = torch.full((1,), 10, dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="window_left"):
+        hfa.attention_with_kvcache(q, kc, kc, cache_seqlens=lens, window_size=(-5, 0))
+    with pytest.raises(ValueError, match="window_right"):
+        hfa.attention_with_kvcache(q, kc, kc, cache_seqlens=lens, causal=True, window_size=(4, 3))
+    with pytest.raises(ValueError, match="softcap"):
+        hfa.attention_with_kvcache(q, kc, kc, cache_seqlens=lens, softcap=-1.0)
+    with pytest.raises(ValueError, match="sinks"):
+        hfa.attention_with_kvcache(q, kc, kc, cache_seqlens=lens, sinks=torch.zeros(3, device="cuda"))
+    with pytest.raises(ValueError, match="window_size"):
+        hfa.attention_with_kvcache(q, kc, kc, cache_seqlens=lens, window_size=(1, 2, 3))
 
 
 @pytest.mark.parametrize("page", [0, 64])
@@ -176,6 +241,10 @@ def test_compile_opcheck_and_graph():
     torch.library.opcheck(torch.ops.hfa.attention_with_kvcache.default,
                           (q, kc, vc, None, None, lens, None, None, False, None, plan.num_splits,
                            plan.workspace))
+    sinks = torch.randn(32, device="cuda", generator=gen)  # the variants' arguments too
+    torch.library.opcheck(torch.ops.hfa.attention_with_kvcache.default,
+                          (q, kc, vc, None, None, lens, None, None, False, None, plan.num_splits,
+                           plan.workspace, None, None, 100, 0, 30.0, sinks))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = hfa.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, plan=plan)

@@ -123,8 +123,6 @@ def test_varlen_and_kvcache_refusals():
     kc = torch.randn(1, 128, 2, 64, device="cuda", dtype=torch.bfloat16)
     for name, kwargs in [("rotary_cos", dict(rotary_cos=torch.zeros(1))),
                          ("cache_leftpad", dict(cache_leftpad=torch.zeros(1))),
-                         ("window_size", dict(window_size=(16, 0))),
-                         ("softcap", dict(softcap=5.0)),
                          ("scheduler_metadata", dict(scheduler_metadata=torch.zeros(1)))]:
         with pytest.raises(NotImplementedError, match=f"flash_attn_with_kvcache: {name}="):
             flash_attn_with_kvcache(q, kc, kc, cache_seqlens=5, **kwargs)
@@ -134,3 +132,23 @@ def test_varlen_and_kvcache_refusals():
         flash_attn_with_kvcache(q, kc, kc)
     with pytest.raises(ValueError, match="num_heads_q"):
         flash_attn_qkvpacked_func(torch.randn(1, 64, 6, 64, device="cuda", dtype=torch.bfloat16))
+
+
+def test_kvcache_variants_window_softcap():
+    """flash_attn_with_kvcache's window_size and softcap reach hfa's decode: the float64 reference
+    of the definitions (test_variants.py) by the tolerance rule, and hfa.attention_with_kvcache's
+    result bit for bit."""
+    from test_variants import variant_attention
+    gen = torch.Generator(device="cuda").manual_seed(31)
+    q = torch.randn(2, 1, 16, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    kc, vc = (torch.randn(2, 600, 4, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    lens = torch.tensor([600, 250], dtype=torch.int32, device="cuda")
+    out = flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, window_size=(100, 0), softcap=5.0)
+    same = hfa.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, window_size=(100, 0), softcap=5.0)
+    assert torch.equal(out, same)
+    for i, n in enumerate(lens.tolist()):
+        args = (q[i:i + 1], kc[i:i + 1, :n], vc[i:i + 1, :n], 128 ** -0.5, (100, 0), False, 5.0)
+        ref, _ = variant_attention(*(x.double() for x in args[:3]), *args[3:])
+        base, _ = variant_attention(*args, lowp=True)
+        err = (out[i:i + 1].double() - ref).abs().max().item()
+        assert err <= 2 * (base.double() - ref).abs().max().item() + ATOL[torch.bfloat16], f"sequence {i}: {err:.3e}"

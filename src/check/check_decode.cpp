@@ -35,20 +35,27 @@ Status download_view(const TensorView& t, std::vector<uint8_t>* bytes) {
 }  // namespace
 
 std::string DecodeConfig::describe() const {
-  char buf[320];
+  char variants[96] = "";
+  if (window_left != -1 || window_right != -1 || softcap > 0.f || sinks)
+    std::snprintf(variants, sizeof(variants), "%s%s%s%s%s", window_left != -1 || window_right != -1 ? " window=" : "",
+                  window_left != -1 || window_right != -1 ? (std::to_string(window_left) + "," + std::to_string(window_right)).c_str() : "",
+                  softcap > 0.f ? " softcap=" : "", softcap > 0.f ? std::to_string(softcap).c_str() : "",
+                  sinks ? " sinks" : "");
+  char buf[420];
   std::snprintf(buf, sizeof(buf),
-                "%s%s%s b=%d sq=%d hq=%d hkv=%d d=%d cap=%d %s%s new=%d%s splits=%d%s%s%s", to_string(dtype),
+                "%s%s%s b=%d sq=%d hq=%d hkv=%d d=%d cap=%d %s%s new=%d%s%s splits=%d%s%s%s", to_string(dtype),
                 fp8_cache ? " e4m3-cache" : "", wide_q_range ? " wide-q" : "",
                 batch, seqlen_q, heads_q, heads_kv, head_dim, capacity,
                 page_size ? "paged " : "contiguous", page_size ? std::to_string(page_size).c_str() : "",
-                seqlen_new, causal ? " causal" : "", num_splits, cache_batch_idx ? " batch_idx" : "",
+                seqlen_new, causal ? " causal" : "", variants, num_splits, cache_batch_idx ? " batch_idx" : "",
                 values == Values::kNormal ? "" : " values=", values == Values::kNormal ? "" : to_string(values));
   return buf;
 }
 
 double DecodeConfig::kv_bytes(const std::vector<int>& seqlens) const {
-  double keys = 0;
-  for (int n : seqlens) keys += n + seqlen_new;
+  double keys = 0;  // (a window's keys only: decode reads no others)
+  for (int n : seqlens)
+    keys += window_left >= 0 ? std::min<int64_t>(n + seqlen_new, int64_t{window_left} + seqlen_q) : n + seqlen_new;
   return 2.0 * keys * heads_kv * head_dim * size_of(cache_dtype());
 }
 
@@ -136,6 +143,18 @@ Status DecodeBuffers::allocate(const DecodeConfig& c, uint64_t seed) {
                                                  cudaMemcpyHostToDevice), "uploading descales"));
     }
   }
+  sinks = TensorView{};
+  sinks_host.clear();
+  if (c.sinks) {  // (heads_q) with a stride of 2: any stride is allowed
+    std::uniform_real_distribution<float> logit(-1.f, 4.f);
+    sinks_host.resize(static_cast<size_t>(c.heads_q) * 2);
+    for (float& x : sinks_host) x = logit(rng);
+    HFA_RETURN_IF_ERROR(alloc(&sinks, DType::kFP32, {c.heads_q * 2}));
+    sinks.shape[0] = c.heads_q;
+    sinks.stride[0] = 2;
+    HFA_RETURN_IF_ERROR(cuda_status(cudaMemcpy(sinks.data, sinks_host.data(), sinks_host.size() * 4,
+                                               cudaMemcpyHostToDevice), "uploading sinks"));
+  }
   uint64_t salt = seed * 0x100000001B3ull;
   for (auto [t, role] : {std::pair{&q, InputRole::kQuery}, {&k_cache, InputRole::kKey},
                          {&v_cache, InputRole::kValue}, {&k_new, InputRole::kKey}, {&v_new, InputRole::kValue}})
@@ -179,6 +198,9 @@ DecodeArgs DecodeBuffers::args() const {
   a.softmax_scale = config.softmax_scale;
   a.causal = config.causal;
   a.num_splits = config.num_splits;
+  a.window_left = config.window_left, a.window_right = config.window_right;
+  a.softcap = config.softcap;
+  a.sinks = sinks;
   return a;
 }
 
@@ -296,6 +318,10 @@ Status run_decode_check(DecodeBuffers& buf, int64_t max_rows, DecodeCheckResult*
       reference::Shape s;
       s.batch = 1, s.seqlen_q = c.seqlen_q, s.seqlen_k = n, s.heads_q = 1, s.heads_kv = 1;
       s.head_dim = c.head_dim, s.scale = scale, s.causal = c.causal;
+      s.window_left = c.window_left, s.window_right = c.window_right;
+      s.softcap = c.softcap;
+      const double sink = c.sinks ? buf.sinks_host[static_cast<size_t>(h) * 2] : 0.0;
+      if (c.sinks) s.sinks = &sink;  // (the one-head problem's head 0)
       qb.assign(static_cast<size_t>(c.seqlen_q) * d, 0.0);
       for (int x = 0; x < d; ++x)
         qb[static_cast<size_t>(i) * d + x] = element_at(c.dtype, hq, offset4(buf.q, b, i, h, x));

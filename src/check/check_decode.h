@@ -45,6 +45,11 @@ struct DecodeConfig {
   // What q, the cache and the appended rows are drawn from (check.h: Values; kRamp only with a
   // contiguous cache, whose rows are the key positions).
   Values values = Values::kNormal;
+  // Score variants (DecodeArgs::window_left/right, softcap, sinks). sinks: random fp32 (heads_q)
+  // logits in [-1, 4), as the forward's check draws them.
+  int window_left = -1, window_right = -1;
+  float softcap = 0.f;
+  bool sinks = false;
 
   DType cache_dtype() const { return fp8_cache ? DType::kE4M3 : dtype; }
   std::string describe() const;
@@ -71,6 +76,8 @@ class DecodeBuffers {
   TensorView q, k_cache, v_cache, k_new, v_new, out, lse, cache_seqlens, page_table, cache_batch_idx;
   TensorView k_descale, v_descale;  // e4m3 caches
   std::vector<float> k_descale_host, v_descale_host;
+  TensorView sinks;  // config.sinks: (heads_q) with a stride of 2
+  std::vector<float> sinks_host;
   int num_pages = 0;
 
  private:

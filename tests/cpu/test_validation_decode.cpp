@@ -307,6 +307,91 @@ TEST(DecodeValidation, SplitHeuristic) {
   EXPECT_EQ(plan.num_splits, 3);
 }
 
+// The score variants: the forward's rules, each by the argument's name, and their normalized form.
+alignas(16) float g_sinks[16];
+TEST(DecodeValidation, VariantRules) {
+  DecodeArgs a = valid_decode_args();
+  a.window_left = -2;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"window_left:", "-1 (unbounded) or >= 0"});
+  a = valid_decode_args();
+  a.window_right = -3;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"window_right:", "-1 (unbounded) or >= 0"});
+  a = valid_decode_args();
+  a.causal = true, a.window_right = 4;
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"window_right:", "with causal"});
+  for (float cap : {-1.f, INFINITY, NAN}) {
+    a = valid_decode_args();
+    a.softcap = cap;
+    expect_error(normalize(a), StatusCode::kInvalidArgument, {"softcap:", "finite and >= 0"});
+  }
+  a = valid_decode_args();
+  a.sinks = make_tensor(g_sinks, DType::kBF16, {kHq});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"sinks:", "fp32"});
+  a.sinks = make_tensor(g_sinks, DType::kFP32, {kHkv});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"sinks:", "(heads_q)"});
+  a.sinks = make_tensor(g_sinks, DType::kFP32, {kHq, 1});
+  expect_error(normalize(a), StatusCode::kInvalidArgument, {"sinks:"});
+}
+
+TEST(DecodeValidation, VariantsNormalized) {
+  DecodeProblem p;
+  DecodeArgs a = valid_decode_args();
+  ASSERT_TRUE(normalize(a, &p).ok());
+  EXPECT_FALSE(p.variants());
+  EXPECT_FALSE(p.local);
+  // (-1, 0) is the causal mask itself: the plain kernel's.
+  a.window_right = 0;
+  ASSERT_TRUE(normalize(a, &p).ok());
+  EXPECT_TRUE(p.causal);
+  EXPECT_FALSE(p.variants());
+  // Causal with a left window: a window (x, 0), not causal.
+  a = valid_decode_args();
+  a.causal = true, a.window_left = 100;
+  ASSERT_TRUE(normalize(a, &p).ok());
+  EXPECT_TRUE(p.local && !p.causal && p.variants());
+  EXPECT_EQ(p.window_left, 100);
+  EXPECT_EQ(p.window_right, 0);
+  a = valid_decode_args();
+  a.window_left = 7, a.window_right = -1;
+  ASSERT_TRUE(normalize(a, &p).ok());
+  EXPECT_TRUE(p.local && !p.causal);
+  EXPECT_EQ(p.window_right, -1);
+  a = valid_decode_args();
+  a.softcap = 30.f;
+  ASSERT_TRUE(normalize(a, &p).ok());
+  EXPECT_TRUE(p.variants() && !p.local);
+  EXPECT_EQ(p.softcap, 30.f);
+  a = valid_decode_args();
+  a.sinks = make_tensor(g_sinks, DType::kFP32, {kHq});
+  a.sinks.stride[0] = 2;
+  ASSERT_TRUE(normalize(a, &p).ok());
+  EXPECT_TRUE(p.variants());
+  EXPECT_EQ(p.sinks, g_sinks);
+  EXPECT_EQ(p.sinks_stride, 2);
+}
+
+// A window's keys are what the splits share out: the heuristic counts those (a window of 500 over
+// a 64k cache plans as a 500-key cache would), and window_keys is the rows' union.
+TEST(DecodeValidation, SplitHeuristicCountsTheWindow) {
+  DecodeProblem p;
+  ASSERT_TRUE(normalize(valid_decode_args(), &p).ok());
+  p.batch = 1, p.heads_kv = 8, p.heads_q = 32, p.head_dim = 128, p.seqlen_q = 1;
+  p.capacity = 500;
+  const int short_cache = flash_decode::choose_num_splits(p, 132);
+  p.capacity = 65536;
+  const int long_cache = flash_decode::choose_num_splits(p, 132);
+  EXPECT_GT(long_cache, short_cache);
+  p.local = true, p.window_left = 499, p.window_right = -1;
+  EXPECT_EQ(p.window_keys(65536), 500);
+  EXPECT_EQ(p.window_keys(300), 300);
+  EXPECT_EQ(flash_decode::choose_num_splits(p, 132), short_cache);
+  p.seqlen_q = 4, p.window_right = 0;  // four tokens: each row's 500 keys, 503 in all
+  EXPECT_EQ(p.window_keys(65536), 503);
+  p.window_left = -1;  // unbounded on the left: every key
+  EXPECT_EQ(p.window_keys(65536), 65536);
+  EXPECT_EQ(flash_decode::choose_num_splits(p, 132), long_cache);
+}
+
 // The e4m3 cache's GEMMs take a bf16 q as fp16, each row scaled by 2^fp16_row_exponent(row max):
 // the row's largest magnitude must land in [2^14, 2^15), below fp16's largest value (65504), for
 // every float a bf16 row can hold; zeros, infinities and NaN are not scaled.

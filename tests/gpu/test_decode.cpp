@@ -1,7 +1,7 @@
 // Flash decode vs the fp64 reference (check_decode.h): contiguous and paged caches, random
 // cache_seqlens (0, 1 and full among them), shuffled page tables, appended keys, causal with up to
 // 16 new tokens, GQA / MQA / MHA, every head dim, forced split counts, e4m3 caches with descales;
-// CUDA graph replay; errors.
+// sliding windows, softcap and sinks; CUDA graph replay; errors.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -141,6 +141,83 @@ TEST(Decode, WideQueryRange) {
       c.head_dim = d, c.batch = 3, c.seqlen_q = 2, c.heads_q = 20, c.heads_kv = 4, c.capacity = 700;
       c.causal = true, c.page_size = page, c.fp8_cache = true, c.wide_q_range = true;
       expect_pass(c, 301 + d + page);
+    }
+}
+
+// The score variants (sliding windows, softcap, sinks; decode_kernel.cuh's kVariants kernel):
+// every head dim, bf16 / fp16 caches contiguous and in pages of 16 and 64, e4m3 caches; windows
+// shorter and longer than the caches, crossing tiles and pages, with causal and several tokens;
+// a window of one key; sinks on rows that see no key (cache lengths 0); the variants together
+// under forced split counts (the sink must join the denominator exactly once).
+struct DecodeVariantCase {
+  int batch, seqlen_q, heads_q, heads_kv, capacity, seqlen_new;
+  bool causal;
+  int window_left, window_right;
+  float softcap;
+  bool sinks;
+  int num_splits;
+};
+constexpr DecodeVariantCase kVariantCases[] = {
+    {5, 1, 32, 8, 1500, 0, false, 300, -1, 0.f, false, 0},    // a window, one token, GQA 4:1
+    {3, 4, 8, 1, 777, 4, true, 100, -1, 0.f, false, 0},       // causal window, 4 new tokens, MQA
+    {3, 3, 12, 2, 600, 0, false, 64, 5, 0.f, false, 3},       // both sides, GQA 6:1, 3 splits
+    {3, 2, 8, 8, 500, 0, false, 0, 0, 0.f, false, 0},         // one key per row (its diagonal)
+    {4, 1, 16, 2, 900, 1, false, 5000, -1, 0.f, false, 0},    // a window longer than the cache
+    {4, 1, 32, 8, 2100, 0, false, -1, -1, 30.f, false, 0},    // softcap 30
+    {3, 2, 16, 4, 700, 2, true, -1, -1, 5.f, false, 0},       // softcap 5 (tanh saturates), causal
+    {5, 1, 32, 8, 1000, 0, false, -1, -1, 0.f, true, 0},      // sinks (cache lengths 0, 1 among them)
+    {3, 16, 4, 4, 513, 16, true, 200, 0, 20.f, true, 0},      // all of them, 16 tokens (4 row blocks)
+    {2, 3, 16, 2, 3000, 3, true, 1000, -1, 10.f, true, 16},   // all of them, 16 splits
+    {2, 1, 8, 2, 2000, 0, false, 129, -1, 0.f, true, 64},     // more splits than the window's tiles
+};
+
+class DecodeVariants : public ::testing::TestWithParam<DecodeParam> {};
+
+TEST_P(DecodeVariants, MatchesReference) {
+  HFA_SKIP_WITHOUT_GPU();
+  const DecodeParam& param = GetParam();
+  uint64_t seed = 500;
+  for (const DecodeVariantCase& v : kVariantCases) {
+    DecodeConfig c;
+    c.dtype = param.dtype, c.head_dim = param.head_dim, c.page_size = param.page_size;
+    c.fp8_cache = param.fp8_cache;
+    c.batch = v.batch, c.seqlen_q = v.seqlen_q, c.heads_q = v.heads_q, c.heads_kv = v.heads_kv;
+    c.capacity = v.capacity, c.seqlen_new = v.seqlen_new, c.causal = v.causal;
+    c.window_left = v.window_left, c.window_right = v.window_right;
+    c.softcap = v.softcap, c.sinks = v.sinks, c.num_splits = v.num_splits;
+    expect_pass(c, ++seed);
+  }
+}
+
+std::vector<DecodeParam> decode_variant_params() {
+  std::vector<DecodeParam> v;
+  for (int d : testing::compiled_head_dims())
+    for (DType t : {DType::kBF16, DType::kFP16}) {
+      for (int page : {0, 16, 64}) v.push_back({d, t, page, false});
+      v.push_back({d, t, t == DType::kBF16 ? 0 : 64, true});
+    }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Decode, DecodeVariants, ::testing::ValuesIn(decode_variant_params()),
+                         [](const ::testing::TestParamInfo<DecodeParam>& info) {
+                           const DecodeParam& p = info.param;
+                           return "d" + std::to_string(p.head_dim) + "_" + to_string(p.dtype) +
+                                  (p.page_size ? "_page" + std::to_string(p.page_size) : "_contiguous") +
+                                  (p.fp8_cache ? "_e4m3cache" : "");
+                         });
+
+// Every split count gives the same answer with a window and sinks as the reference does (the
+// window's tiles shared out, the sink once): 1 .. 64 splits.
+TEST(Decode, VariantsForcedSplitCounts) {
+  HFA_SKIP_WITHOUT_GPU();
+  for (int d : testing::compiled_head_dims())
+    for (int splits : {1, 2, 5, 33}) {
+      DecodeConfig c;
+      c.head_dim = d, c.batch = 3, c.heads_q = 16, c.heads_kv = 4, c.capacity = 1500;
+      c.page_size = splits % 2 ? 32 : 0, c.num_splits = splits, c.seqlen_q = 2, c.causal = true;
+      c.window_left = 700, c.sinks = true, c.softcap = 15.f;
+      expect_pass(c, 700 + splits);
     }
 }
 

@@ -37,6 +37,8 @@ check::DecodeConfig to_decode(const check::Config& c, int page_size, bool fp8_ca
   d.dtype = c.dtype, d.batch = c.batch, d.seqlen_q = c.seqlen_q, d.heads_q = c.heads_q;
   d.heads_kv = c.heads_kv, d.head_dim = c.head_dim, d.capacity = c.seqlen_k, d.page_size = page_size;
   d.causal = c.causal, d.full = true;
+  d.window_left = c.window_left, d.window_right = c.window_right;
+  d.softcap = c.softcap, d.sinks = c.sinks;
   return d;
 }
 

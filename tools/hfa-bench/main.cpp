@@ -51,6 +51,9 @@ struct DecodeOptions {
   std::string dtype_name, kv_dtype_name, json_path;
   std::vector<int> page_sizes;
   std::vector<int> num_splits;  // 0 = the heuristic's choice
+  std::vector<int> window;      // the variants (--window, --softcap, --sinks), for every config
+  float softcap;
+  bool sinks;
 };
 
 // hfa-bench --decode: the decode sweep or one configuration, for every page size.
@@ -84,6 +87,11 @@ int run_decode(const CLI::App& app, hfa::bench::Options opt, const DecodeOptions
     c.heads_kv = o.heads_kv > 0 ? o.heads_kv : 8;
     c.causal = o.causal;
     configs.push_back(c);
+  }
+  for (hfa::check::Config& c : configs) {
+    if (!o.window.empty()) c.window_left = o.window[0], c.window_right = o.window[1];
+    c.softcap = o.softcap;
+    c.sinks = o.sinks;
   }
   std::vector<hfa::bench::Row> rows;
   int failures = 0, not_run = 0, n = 0;
@@ -212,8 +220,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "hfa-bench: --kv-dtype, --page-size, --num-splits and --page-order are --decode options\n");
     return 2;
   }
-  if (decode && (!window.empty() || softcap != 0.f || sinks || varlen_total)) {
-    std::fprintf(stderr, "hfa-bench: --window, --softcap, --sinks and --varlen are not --decode options\n");
+  if (decode && varlen_total) {
+    std::fprintf(stderr, "hfa-bench: --varlen is not a --decode option\n");
     return 2;
   }
   if (varlen_total && (sweep || varlen_range[0] < 1 || varlen_range[1] < varlen_range[0])) {
@@ -227,7 +235,7 @@ int main(int argc, char** argv) {
     }
     return run_decode(app, opt, DecodeOptions{sweep, seqlen, seqlen_k, head_dim, batch, heads,
                                                heads_kv, causal, dtype_name, kv_dtype_name, json_path, page_sizes,
-                                               num_splits},
+                                               num_splits, window, softcap, sinks},
                       argc, argv);
   }
   if (kernels.empty()) kernels = {"auto"};

@@ -35,6 +35,13 @@ _merge_attention = torch.ops.hfa.merge_attention.default
 _NO_WINDOW = (-1, -1)
 
 
+def _window_pair(window_size) -> Tuple[int, int]:
+    """window_size as the ops take it: two ints (left, right)."""
+    if len(window_size) != 2:
+        raise ValueError(f"window_size: {window_size!r}; expected (left, right)")
+    return int(window_size[0]), int(window_size[1])
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               softmax_scale: Optional[float] = None, kernel: str = "auto",
               return_lse: bool = False, q_descale: Optional[torch.Tensor] = None,
@@ -171,11 +178,15 @@ def plan_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 v: Optional[torch.Tensor] = None, page_table: Optional[torch.Tensor] = None,
                 cache_batch_idx: Optional[torch.Tensor] = None, causal: bool = False,
                 num_splits: int = 0, k_descale: Optional[torch.Tensor] = None,
-                v_descale: Optional[torch.Tensor] = None) -> DecodePlan:
+                v_descale: Optional[torch.Tensor] = None,
+                window_size: Tuple[int, int] = (-1, -1)) -> DecodePlan:
     """The split count (num_splits=0: the library's heuristic) and workspace for these shapes
-    (an e4m3 cache: pass its k_descale and v_descale too)."""
+    (an e4m3 cache: pass its k_descale and v_descale too; a sliding window: its window_size, whose
+    keys are what the splits share out)."""
+    left, right = _window_pair(window_size)
     splits, nbytes = _plan_decode(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
-                                  cache_batch_idx, causal, num_splits, k_descale, v_descale)
+                                  cache_batch_idx, causal, num_splits, k_descale, v_descale,
+                                  left, right)
     return DecodePlan(splits, torch.empty(nbytes, dtype=torch.uint8, device=q.device))
 
 
@@ -187,7 +198,9 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            softmax_scale: Optional[float] = None, num_splits: int = 0,
                            return_lse: bool = False, plan: Optional[DecodePlan] = None,
                            k_descale: Optional[torch.Tensor] = None,
-                           v_descale: Optional[torch.Tensor] = None):
+                           v_descale: Optional[torch.Tensor] = None,
+                           window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                           sinks: Optional[torch.Tensor] = None):
     """Flash decode, as FlashAttention's flash_attn_with_kvcache: q (batch, seqlen_q, heads_q,
     head_dim) attends to the first cache_seqlens[b] (+ seqlen_new) keys of its sequence's cache.
 
@@ -201,7 +214,11 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     q bf16/fp16, head_dim 64/128/256; the cache (and k, v) of q's dtype, or torch.float8_e4m3fn
     with k_descale and v_descale, fp32 (batch, heads_kv): key j of sequence b, KV head h is
     k_cache's value times k_descale[b, h] (FlashAttention-3's convention); out has q's dtype.
-    Not differentiable. Under torch.compile(fullgraph=True) pass a plan made outside the compiled
+    Variants, as hfa.attention takes them (n_b = the sequence's keys in place of seqlen_k):
+    window_size=(left, right) (query i sees keys i + n_b - seqlen_q - left ... + right; -1
+    unbounded; only the window's keys are read), softcap (cap * tanh(scores / cap)), sinks (fp32
+    (heads_q) logits added to each row's denominator). A plan made for another window is still
+    correct, its split count chosen for that window. Not differentiable. Under torch.compile(fullgraph=True) pass a plan made outside the compiled
     function (plan_decode is host code that dynamo does not trace). Returns out (and the fp32
     LSE, (batch, heads_q, seqlen_q), with return_lse).
     """
@@ -209,10 +226,12 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         raise ValueError("cache_seqlens: required (int32, (batch))")
     if plan is None:
         plan = plan_decode(q, k_cache, v_cache, cache_seqlens, k, v, page_table, cache_batch_idx,
-                           causal, num_splits, k_descale, v_descale)
+                           causal, num_splits, k_descale, v_descale, window_size)
+    left, right = _window_pair(window_size)
     out, lse = _attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                        cache_batch_idx, causal, softmax_scale, plan.num_splits,
-                                       plan.workspace, k_descale, v_descale)
+                                       plan.workspace, k_descale, v_descale, left, right,
+                                       float(softcap), sinks)
     return (out, lse) if return_lse else out
 
 

@@ -93,7 +93,8 @@ def _(q, k, v, block, hadamard, hadamard_seed, subtract_mean_key):
 
 @torch.library.register_fake("hfa::attention_with_kvcache")
 def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, cache_batch_idx, causal, softmax_scale,
-      num_splits, workspace, k_descale=None, v_descale=None):
+      num_splits, workspace, k_descale=None, v_descale=None, window_left=-1, window_right=-1,
+      softcap=0.0, sinks=None):
     _check_rank(q)
     return (q.new_empty(q.shape),
             q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))

@@ -122,13 +122,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     """Decode against a KV cache (hfa.attention_with_kvcache): q bf16/fp16; the cache of q's dtype,
     or float8_e4m3fn with k_descale / v_descale (batch, heads_kv). k, v are appended in place at
     cache_seqlens (an int or int32 (batch,) tensor). num_splits 0: the library's heuristic.
-    Returns out, or (out, softmax_lse) with return_softmax_lse."""
+    window_size and softcap as FlashAttention's. Returns out, or (out, softmax_lse) with
+    return_softmax_lse."""
     name = "flash_attn_with_kvcache"
     _unsupported(name, qv=(qv, None), rotary_cos=(rotary_cos, None), rotary_sin=(rotary_sin, None),
                  cache_leftpad=(cache_leftpad, None), cu_seqlens_q=(cu_seqlens_q, None),
                  cu_seqlens_k_new=(cu_seqlens_k_new, None), max_seqlen_q=(max_seqlen_q, None),
-                 rotary_seqlens=(rotary_seqlens, None), window_size=(window_size, (-1, -1)),
-                 attention_chunk=(attention_chunk, 0), softcap=(softcap, 0.0),
+                 rotary_seqlens=(rotary_seqlens, None),
+                 attention_chunk=(attention_chunk, 0),
                  scheduler_metadata=(scheduler_metadata, None), pack_gqa=(pack_gqa, None),
                  sm_margin=(sm_margin, 0))
     if q_descale is not None:
@@ -142,4 +143,5 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                                   page_table=page_table, cache_batch_idx=cache_batch_idx,
                                   causal=causal, softmax_scale=softmax_scale,
                                   num_splits=num_splits, return_lse=return_softmax_lse,
-                                  k_descale=k_descale, v_descale=v_descale)
+                                  k_descale=k_descale, v_descale=v_descale,
+                                  window_size=tuple(window_size), softcap=softcap)

@@ -66,7 +66,8 @@ int choose_num_splits(const DecodeProblem& p, int sm_count) {
   const long long slots = static_cast<long long>(std::max(sm_count, 1)) * ctas_per_sm(p);
   if (ctas == 0) return 1;
   const int tile_keys = block_n(p);
-  const long long tiles = (static_cast<long long>(p.capacity) + tile_keys - 1) / tile_keys;
+  // (A sliding window's keys only: the splits share those out, decode_kernel.cuh.)
+  const long long tiles = (p.window_keys(p.capacity) + tile_keys - 1) / tile_keys;
   const int min_tiles = min_tiles_per_split(p);
   if (ctas >= slots) return waves_split(ctas, slots, tiles, min_tiles);
   // Whole waves: the most splits whose CTAs all fit in one wave (rounding up would start a

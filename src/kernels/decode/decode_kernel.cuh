@@ -185,9 +185,30 @@ __device__ __forceinline__ void scale_q_rows_to_fp16(void* tile, float* unscale)
   if (j == 0) unscale[r] = ldexpf(1.f, -e);
 }
 
+// The keys [begin, end) that query token `token` of a sequence of n_keys sees: all of them, those up
+// to its diagonal (causal), or its sliding window (p.local); end == begin when none. In 64 bits:
+// a window side near 2^31 and n_keys near capacity would overflow an int.
+struct RowKeys {
+  int begin, end;
+  __device__ __forceinline__ RowKeys(const DecodeProblem& p, int token, int n_keys) {
+    const int64_t diag = static_cast<int64_t>(token) + n_keys - p.seqlen_q;
+    int64_t lo = 0, hi = n_keys;
+    if (p.causal) hi = diag + 1;
+    if (p.local) {
+      if (p.window_left >= 0) lo = diag - p.window_left;
+      if (p.window_right >= 0) hi = diag + p.window_right + 1;
+    }
+    begin = static_cast<int>(lo < 0 ? 0 : lo > n_keys ? n_keys : lo);
+    end = static_cast<int>(hi < begin ? begin : hi > n_keys ? n_keys : hi);
+  }
+};
+
 // T: q's and out's dtype; Tc: the cache's (T, or __nv_fp8_storage_t for e4m3). kLargePages:
-// DecodeShape's variant for pages of at least half a tile (large_pages).
-template <typename T, typename Tc, int D, bool kPaged, bool kLargePages = false>
+// DecodeShape's variant for pages of at least half a tile (large_pages). kVariants: the kernel
+// for problems with a sliding window, softcap or sinks (DecodeProblem::variants(); their values
+// are read at run time, in branches uniform across the CTA); the plain kernel's code is the one
+// it was before the variants came (its SASS compared: WORKLOG, "Flash decode", session 50).
+template <typename T, typename Tc, int D, bool kPaged, bool kLargePages = false, bool kVariants = false>
 __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLargePages>::kThreads,
                                   DecodeShape<D, sizeof(Tc) == 1, kPaged, kLargePages>::kCtasPerSm)
     decode_split_kernel(DecodeProblem p) {
@@ -225,12 +246,26 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
   const int n_keys = cached_keys(p, b) + p.seqlen_new;
   const int n_tiles = ceil_div(n_keys, kBlockN);
   const int tiles_per_split = ceil_div(n_tiles, p.num_splits);
-  const int t_begin = split * tiles_per_split;
+  int t_begin = split * tiles_per_split;
   int t_end = min(n_tiles, t_begin + tiles_per_split);
   if (p.causal) {
     const int last_token = PackedRow(p, hk, min(m0 + kRows, rows_total) - 1).token;
     const int last_key = last_token + n_keys - p.seqlen_q;
     t_end = min(t_end, last_key < 0 ? 0 : last_key / kBlockN + 1);
+  }
+  // (The variants' additions stand apart, each under `if constexpr (kVariants)`, so that the plain
+  // kernel's code is what it was: the same SASS.)
+  if constexpr (kVariants) {
+    // The block's tiles: from its first row's first key to its last row's end (both rise with
+    // the token). With a window the splits share out those tiles, not the whole sequence's.
+    const RowKeys first(p, PackedRow(p, hk, m0).token, n_keys);
+    const RowKeys last(p, PackedRow(p, hk, min(m0 + kRows, rows_total) - 1).token, n_keys);
+    const int tile_lo = first.begin / kBlockN;
+    const int tile_hi = last.end > first.begin ? ceil_div(last.end, kBlockN) : tile_lo;
+    const int split_end = p.local ? tile_hi : n_tiles;  // (the plain kernel's split without a window)
+    const int window_tiles_per_split = ceil_div(split_end - tile_lo, p.num_splits);
+    t_begin = tile_lo + split * window_tiles_per_split;
+    t_end = min(tile_hi, t_begin + window_tiles_per_split);
   }
 
   // Q: row r of the tile is packed row m0 + r; rows past the last are zeros.
@@ -406,8 +441,20 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
     const int limit = p.causal ? PackedRow(p, hk, packed).token + n_keys - p.seqlen_q + 1 : n_keys;
     row_end[r] = min(limit, n_keys);
   }
-  const int block_end =
+  int block_end =
       p.causal ? min(n_keys, PackedRow(p, hk, m0).token + n_keys - p.seqlen_q + 1) : n_keys;
+  // The variants: each row's first key too (RowKeys). Tiles that end past block_end (the first
+  // row's end, the least) or start before block_begin (the last row's begin, the greatest) need
+  // the mask.
+  int row_begin[2] = {0, 0}, block_begin = 0;
+  if constexpr (kVariants) {
+    for (int r = 0; r < 2; ++r) {
+      const RowKeys keys(p, PackedRow(p, hk, min(m0 + g + 8 * r, rows_total - 1)).token, n_keys);
+      row_begin[r] = keys.begin, row_end[r] = keys.end;
+    }
+    block_end = RowKeys(p, PackedRow(p, hk, m0).token, n_keys).end;
+    block_begin = RowKeys(p, PackedRow(p, hk, min(m0 + kRows, rows_total) - 1).token, n_keys).begin;
+  }
 
   // e4m3 cache: a key's score is (q . k_e4m3) k_descale, and O = sum_j p_j v_e4m3_j v_descale.
   float k_scale = 1.f, v_scale = 1.f;
@@ -415,7 +462,16 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
     k_scale = p.k_descale[b * p.k_descale_batch_stride + hk * p.k_descale_head_stride];
     v_scale = p.v_descale[b * p.v_descale_batch_stride + hk * p.v_descale_head_stride];
   }
-  const float scale_log2 = p.softmax_scale * k_scale * kLog2e;
+  float scale_log2 = p.softmax_scale * k_scale * kLog2e;
+  // Softcap: S leaves the GEMM as tanh(s softmax_scale k_scale / softcap), and the softmax takes
+  // softcap log2(e) as its factor (as k6 does: sm90/common/mask.cuh's SoftcapScore).
+  float tanh_scale = 0.f;
+  if constexpr (kVariants) {
+    if (p.softcap > 0.f) {
+      tanh_scale = p.softmax_scale * k_scale / p.softcap;
+      scale_log2 = p.softcap * kLog2e;
+    }
+  }
   const float factor = exponent_factor(scale_log2);
   float o[1][kOTiles][4];
   zero(o);
@@ -459,12 +515,19 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
         s, sQm, 0, sKt, key0);
     if constexpr (kScaleQ)  // q's row scales out of the scores (powers of two: exact)
       for_each_fragment_element<1, kKeysPerWarp / 8>([&](int, int nt, int i) { s[0][nt][i] *= row_unscale[i / 2]; });
+    if constexpr (kVariants) {
+      if (tanh_scale != 0.f)
+        for_each_fragment_element<1, kKeysPerWarp / 8>([&](int, int nt, int i) {
+          s[0][nt][i] = tanh_approx(s[0][nt][i] * tanh_scale);
+        });
+    }
     if (!(scale_log2 > 0.f))
       for_each_fragment_element<1, kKeysPerWarp / 8>([&](int, int nt, int i) { s[0][nt][i] *= scale_log2; });
     const int k0 = t * kBlockN;
-    if (k0 + kBlockN > block_end)
+    if (k0 + kBlockN > block_end || (kVariants && k0 < block_begin))
       for_each_fragment_element<1, kKeysPerWarp / 8>([&](int, int nt, int i) {
-        if (k0 + key0 + 8 * nt + 2 * q + i % 2 >= row_end[i / 2]) s[0][nt][i] = -INFINITY;
+        const int j = k0 + key0 + 8 * nt + 2 * q + i % 2;
+        if (j >= row_end[i / 2] || (kVariants && j < row_begin[i / 2])) s[0][nt][i] = -INFINITY;
       });
     if constexpr (kFp8) {  // K's rows are read (S is in registers): V replaces them
       __syncwarp();
@@ -519,11 +582,24 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
   float mx = -INFINITY;
 #pragma unroll
   for (int w = 0; w < Shape::kWarps; ++w) mx = fmaxf(mx, warp_max[w][row]);
+  // An attention sink joins the denominator once, in split 0's partial result (the merge then
+  // carries it: LSE_0 includes it, and O_0's weight exp(LSE_0 - LSE) divides by it): its term
+  // 2^(sink log2 e - mx'), taken against mx' = max(mx, sink log2 e) so neither overflows.
+  float sink_log2 = -INFINITY;
+  if constexpr (kVariants) {
+    if (p.sinks != nullptr && split == 0) {
+      sink_log2 = p.sinks[PackedRow(p, hk, m0 + row).head * p.sinks_stride] * kLog2e;
+      mx = fmaxf(mx, sink_log2);
+    }
+  }
   float weight[Shape::kWarps], l = 0.f;
 #pragma unroll
   for (int w = 0; w < Shape::kWarps; ++w) {
     weight[w] = mx == -INFINITY ? 0.f : exp2_approx(warp_max[w][row] - mx);
     l += weight[w] * warp_sum[w][row];
+  }
+  if constexpr (kVariants) {
+    if (sink_log2 != -INFINITY) l += exp2_approx(sink_log2 - mx);
   }
   const float inv = l > 0.f ? v_scale / (kPOffset * l) : 0.f;
   const float lse = l > 0.f ? (mx + log2f(l)) * kLn2 : -INFINITY;

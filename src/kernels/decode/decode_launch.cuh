@@ -58,22 +58,17 @@ inline MergeProblem split_results(const DecodeProblem& p) {
   return m;
 }
 
-// T: q's dtype; Tc: the cache's (T, or __nv_fp8_storage_t for e4m3); kLargePages: DecodeShape's.
-template <typename T, typename Tc, int D, bool kPaged, bool kLargePages = false>
-cudaError_t launch_policy(const DecodeProblem& p, cudaStream_t stream) {
+// The split kernel of one policy (decode_split_kernel's template arguments); *major: the device's
+// compute capability major, for the merge's launch.
+template <typename T, typename Tc, int D, bool kPaged, bool kLargePages, bool kVariants>
+cudaError_t launch_split_kernel(const DecodeProblem& p, cudaStream_t stream, int* major) {
   using Shape = DecodeShape<D, sizeof(Tc) == 1, kPaged, kLargePages>;
-  if (p.seqlen_new > 0) {
-    const int chunks = p.seqlen_new * p.heads_kv * static_cast<int>(D * sizeof(Tc) / 16);
-    decode_append_kernel<Tc, D, kPaged><<<dim3(ceil_div(chunks, 128), p.batch), 128, 0, stream>>>(p);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
-  if (p.packed_rows() == 0) return cudaSuccess;  // seqlen_q == 0: only the append
   const int m_blocks = ceil_div(p.packed_rows(), Shape::kRows);
-  auto* kernel = decode_split_kernel<T, Tc, D, kPaged, kLargePages>;
+  auto* kernel = decode_split_kernel<T, Tc, D, kPaged, kLargePages, kVariants>;
   static DeviceOnce once;
-  int device = 0, major = 0;
+  int device = 0;
   cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = device_major(device, once, &major);
+  if (err == cudaSuccess) err = device_major(device, once, major);
   if (err == cudaSuccess && (device >= kMaxDevices || !once.smem_raised[device].load())) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(Shape::kSmemBytes));
@@ -82,7 +77,22 @@ cudaError_t launch_policy(const DecodeProblem& p, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   kernel<<<dim3(m_blocks * p.num_splits, p.heads_kv, p.batch), Shape::kThreads, Shape::kSmemBytes,
            stream>>>(p);
-  err = cudaGetLastError();
+  return cudaGetLastError();
+}
+
+// T: q's dtype; Tc: the cache's (T, or __nv_fp8_storage_t for e4m3); kLargePages: DecodeShape's.
+template <typename T, typename Tc, int D, bool kPaged, bool kLargePages = false>
+cudaError_t launch_policy(const DecodeProblem& p, cudaStream_t stream) {
+  if (p.seqlen_new > 0) {
+    const int chunks = p.seqlen_new * p.heads_kv * static_cast<int>(D * sizeof(Tc) / 16);
+    decode_append_kernel<Tc, D, kPaged><<<dim3(ceil_div(chunks, 128), p.batch), 128, 0, stream>>>(p);
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
+  if (p.packed_rows() == 0) return cudaSuccess;  // seqlen_q == 0: only the append
+  int major = 0;
+  // Windows, softcap and sinks in their own kernel (decode_kernel.cuh: kVariants).
+  const cudaError_t err = p.variants() ? launch_split_kernel<T, Tc, D, kPaged, kLargePages, true>(p, stream, &major)
+                                       : launch_split_kernel<T, Tc, D, kPaged, kLargePages, false>(p, stream, &major);
   if (err != cudaSuccess || p.num_splits == 1) return err;
   // The merge of the splits' partial results, launched as the split kernel's programmatic
   // dependent on sm90 (it waits for the split grid in the kernel: merge_kernel.cuh); in stream

@@ -56,7 +56,29 @@ struct DecodeProblem {
   float* o_partial = nullptr;
   float* lse_partial = nullptr;
 
+  // The score variants (DecodeArgs::window_left/right, softcap, sinks), normalized by the API
+  // (last in the struct: the plain kernels' parameter offsets stay what they were):
+  // `local` when a window other than the causal mask is in force (then causal is false, and an
+  // unbounded side is -1); (-1, 0) is normalized to causal. Query i of sequence b sees key j iff
+  //   diag - window_left <= j <= diag + window_right,  diag = i + n_b - seqlen_q.
+  bool local = false;
+  int window_left = -1, window_right = -1;
+  float softcap = 0.f;            // > 0: scores softcap * tanh(softmax_scale * q.k / softcap)
+  const float* sinks = nullptr;   // fp32 (heads_q) logits added to each row's denominator
+  int64_t sinks_stride = 0;
+
   HFA_HOST_DEVICE bool fp8_cache() const { return cache_dtype == DType::kE4M3; }
+  // Whether the variants' kernel runs (decode_kernel.cuh, kVariants): the plain one takes none.
+  HFA_HOST_DEVICE bool variants() const { return local || softcap > 0.f || sinks != nullptr; }
+  // The keys of a sequence of n_keys that the window lets any query row see at most: the plan's
+  // split heuristic counts these, not the capacity.
+  HFA_HOST_DEVICE int64_t window_keys(int64_t n_keys) const {
+    // (The rows' windows reach from the first token's diag - window_left to the last key: a
+    // window's right side, >= 0, never ends before the last row's diag, the sequence's last key.)
+    if (!local || window_left < 0) return n_keys;
+    const int64_t span = static_cast<int64_t>(window_left) + seqlen_q;
+    return span < n_keys ? span : n_keys;
+  }
   HFA_HOST_DEVICE bool paged() const { return page_table != nullptr; }
   HFA_HOST_DEVICE int group_size() const { return heads_q / heads_kv; }
   // Query rows packed into one tile per KV head: seqlen_q tokens x the group's query heads.

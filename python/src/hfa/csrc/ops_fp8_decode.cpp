@@ -60,7 +60,9 @@ hfa::DecodeArgs decode_args(const Tensor& q, const Tensor& k_cache, const Tensor
                             const Tensor& out, const OptTensor& lse, bool causal,
                             std::optional<double> softmax_scale, int64_t num_splits,
                             const OptTensor& k_descale, const OptTensor& v_descale,
-                            const at::Device& device) {
+                            const at::Device& device, int64_t window_left = -1,
+                            int64_t window_right = -1, double softcap = 0.0,
+                            const OptTensor& sinks = std::nullopt) {
   hfa::DecodeArgs args;
   args.q = to_view(q, "q", device);
   args.k_cache = to_view(k_cache, "k_cache", device);
@@ -79,6 +81,13 @@ hfa::DecodeArgs decode_args(const Tensor& q, const Tensor& k_cache, const Tensor
   TORCH_CHECK_VALUE(num_splits >= 0 && num_splits <= INT32_MAX, "num_splits: ", num_splits,
                     "; must be in [0, 2^31)");
   args.num_splits = static_cast<int>(num_splits);
+  // (The library names a bad window; here only what does not fit its int.)
+  for (const auto& [w, name] : {std::pair{window_left, "window_left"}, {window_right, "window_right"}})
+    TORCH_CHECK_VALUE(w >= INT32_MIN && w <= INT32_MAX, name, ": ", w, "; must fit in 32 bits");
+  args.window_left = static_cast<int>(window_left);
+  args.window_right = static_cast<int>(window_right);
+  args.softcap = static_cast<float>(softcap);
+  if (sinks) args.sinks = to_view(*sinks, "sinks", device);
   return args;
 }
 
@@ -88,14 +97,16 @@ std::tuple<int64_t, int64_t> plan_decode(const Tensor& q, const Tensor& k_cache,
                                          const Tensor& cache_seqlens, const OptTensor& page_table,
                                          const OptTensor& cache_batch_idx, bool causal,
                                          int64_t num_splits, const OptTensor& k_descale,
-                                         const OptTensor& v_descale) {
+                                         const OptTensor& v_descale, int64_t window_left,
+                                         int64_t window_right) {
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
   const Tensor out = at::empty_like(q);
   hfa::DecodePlan plan;
   throw_if_error(hfa::plan_decode(decode_args(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                               cache_batch_idx, out, std::nullopt, causal,
-                                              std::nullopt, num_splits, k_descale, v_descale, device),
+                                              std::nullopt, num_splits, k_descale, v_descale, device,
+                                              window_left, window_right),
                                   &plan));
   return {plan.num_splits, static_cast<int64_t>(plan.workspace_bytes)};
 }
@@ -106,7 +117,8 @@ std::tuple<Tensor, Tensor> attention_with_kvcache(
     const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const OptTensor& k,
     const OptTensor& v, const Tensor& cache_seqlens, const OptTensor& page_table,
     const OptTensor& cache_batch_idx, bool causal, std::optional<double> softmax_scale,
-    int64_t num_splits, const Tensor& workspace, const OptTensor& k_descale, const OptTensor& v_descale) {
+    int64_t num_splits, const Tensor& workspace, const OptTensor& k_descale, const OptTensor& v_descale,
+    int64_t window_left, int64_t window_right, double softcap, const OptTensor& sinks) {
   check_rank4(q, "q");
   const at::Device device = cuda_device_of(q);
   const c10::cuda::CUDAGuard guard(device);
@@ -114,7 +126,8 @@ std::tuple<Tensor, Tensor> attention_with_kvcache(
   Tensor lse = new_cuda_tensor({q.size(0), q.size(2), q.size(1)}, at::kFloat, device);
   const hfa::DecodeArgs args = decode_args(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                            cache_batch_idx, out, lse, causal, softmax_scale,
-                                           num_splits, k_descale, v_descale, device);
+                                           num_splits, k_descale, v_descale, device, window_left,
+                                           window_right, softcap, sinks);
   // The plan is rebuilt from the shapes (host only); what the caller planned fixed num_splits.
   hfa::DecodePlan plan;
   throw_if_error(hfa::plan_decode(args, &plan));

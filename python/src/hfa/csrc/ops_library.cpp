@@ -110,11 +110,13 @@ TORCH_LIBRARY(hfa, m) {
   m.def("attention_with_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, "
         "Tensor? v, Tensor cache_seqlens, Tensor? page_table, Tensor? cache_batch_idx, bool causal, "
         "float? softmax_scale, int num_splits, Tensor workspace, Tensor? k_descale=None, "
-        "Tensor? v_descale=None) -> (Tensor, Tensor)");
+        "Tensor? v_descale=None, int window_left=-1, int window_right=-1, float softcap=0.0, "
+        "Tensor? sinks=None) -> (Tensor, Tensor)");
   // Host only: -> (num_splits, workspace bytes).
   m.def("plan_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor? k, Tensor? v, "
         "Tensor cache_seqlens, Tensor? page_table, Tensor? cache_batch_idx, bool causal, "
-        "int num_splits, Tensor? k_descale, Tensor? v_descale) -> (int, int)");
+        "int num_splits, Tensor? k_descale, Tensor? v_descale, int window_left=-1, "
+        "int window_right=-1) -> (int, int)");
   // The exact merge of partial results over disjoint key sets: -> (out, lse).
   m.def("merge_attention(Tensor o_parts, Tensor lse_parts, ScalarType? out_dtype=None) -> (Tensor, Tensor)");
   m.def("select_kernel(Tensor q, Tensor k, Tensor v, bool causal) -> str", &hfa_torch::select_kernel);
