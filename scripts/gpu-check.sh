@@ -192,10 +192,11 @@ fi
 
 if [[ " $steps " == *" decode-sanitize "* ]]; then
   # Flash decode's kernels (split, combine, append) through its GPU tests: forced split counts
-  # (empty splits), appended keys, a paged cache, cache_batch_idx; e4m3 caches (conversion).
+  # (empty splits), appended keys, a paged cache, cache_batch_idx; e4m3 caches (conversion); the
+  # variants' kernel (windows, softcap, sinks; pages freed before a window, which must not be read).
   for tool in memcheck racecheck synccheck; do
     step "sanitize-$tool-decode" compute-sanitizer --tool "$tool" --error-exitcode 3 \
-      "$build/tests/hfa_gpu_tests" --gtest_filter='Decode.ForcedSplitCounts:Decode.AppendOnly:Decode.CacheBatchIdxAndScales:Decode/DecodeMatrix.MatchesReference/d*_bf16_page16:Decode/DecodeMatrix.MatchesReference/d*_fp16_page64_e4m3cache'
+      "$build/tests/hfa_gpu_tests" --gtest_filter='Decode.ForcedSplitCounts:Decode.AppendOnly:Decode.CacheBatchIdxAndScales:Decode/DecodeMatrix.MatchesReference/d*_bf16_page16:Decode/DecodeMatrix.MatchesReference/d*_fp16_page64_e4m3cache:Decode.VariantsForcedSplitCounts:Decode.WindowDoesNotReadPagesBeforeIt:Decode/DecodeVariants.MatchesReference/d*_bf16_page16'
   done
 fi
 

@@ -261,7 +261,8 @@ struct DecodeArgs {
   TensorView cache_seqlens;
   // Optional int32 (batch, max_pages_per_seq): the paged cache's page indices, each in
   // [0, num_pages) for the pages a sequence uses (device values, not checked; the rest of a row
-  // is never read).
+  // is never read; with a sliding window, neither are the entries of the pages wholly before the
+  // first query token's window, which an engine may have freed).
   TensorView page_table;
   // Optional int32 (batch), contiguous cache only: sequence b uses cache row cache_batch_idx[b]
   // (device values in [0, batch_cache), not checked).

@@ -104,6 +104,15 @@ Status DecodeBuffers::allocate(const DecodeConfig& c, uint64_t seed) {
     if (c.shuffled_pages) std::shuffle(pages.begin(), pages.end(), rng);
     for (int b = 0; b < c.batch; ++b)
       for (int i = 0; i < pages_per_seq; ++i) table[b * (pages_per_seq + 1) + i] = pages[b * pages_per_seq + i];
+    if (c.evict_pages_before_window && c.window_left >= 0)
+      for (int b = 0; b < c.batch; ++b) {
+        // The first query's window starts at n - seqlen_q - window_left (n = the keys after the
+        // append); the appended slots (from seqlens[b]) stay in pages that are kept.
+        const int64_t n = int64_t{seqlens[b]} + c.seqlen_new;
+        const int64_t first = std::min<int64_t>(n - c.seqlen_q - c.window_left, seqlens[b]);
+        for (int i = 0; i < pages_per_seq && int64_t{i + 1} * c.page_size <= first; ++i)
+          table[b * (pages_per_seq + 1) + i] = -1;
+      }
     HFA_RETURN_IF_ERROR(alloc(&page_table, DType::kI32, {c.batch, pages_per_seq + 1}));
     page_table.shape[1] = pages_per_seq;
     HFA_RETURN_IF_ERROR(cuda_status(cudaMemcpy(page_table.data, table.data(), table.size() * 4,
@@ -254,11 +263,13 @@ Status run_decode_check(DecodeBuffers& buf, int64_t max_rows, DecodeCheckResult*
                                                cudaMemcpyDeviceToHost), "copying cache_batch_idx"));
   }
   const int64_t d = c.head_dim, hkv = c.heads_kv;
-  // Element offset of (sequence b, key j, KV head h, channel 0) in the cache.
+  // Element offset of (sequence b, key j, KV head h, channel 0) in the cache; -1 for a key in an
+  // evicted page (DecodeConfig::evict_pages_before_window).
   auto cache_offset = [&](int b, int j, int h) -> int64_t {
     const TensorView& t = buf.k_cache;
     if (!table.empty()) {
       const int page = table[b * buf.page_table.stride[0] + j / c.page_size];
+      if (page < 0) return -1;
       return page * t.stride[0] + (j % c.page_size) * t.stride[1] + h * t.stride[2];
     }
     const int row = batch_idx.empty() ? b : batch_idx[b];
@@ -333,6 +344,11 @@ Status run_decode_check(DecodeBuffers& buf, int64_t max_rows, DecodeCheckResult*
       const double v_factor = c.fp8_cache ? buf.v_descale_host[b * buf.v_descale.stride[0] + hk] : 1.0;
       for (int j = 0; j < n; ++j) {
         const int64_t off = cache_offset(b, j, hk);
+        if (off < 0) {  // an evicted page: keys no row sees (zeros, for the reference's sake)
+          std::fill_n(&kb[static_cast<size_t>(j) * d], d, 0.0);
+          std::fill_n(&vb[static_cast<size_t>(j) * d], d, 0.0);
+          continue;
+        }
         for (int x = 0; x < d; ++x) {
           kb[static_cast<size_t>(j) * d + x] = element_at(ct, k_after, off + x) * k_factor;
           vb[static_cast<size_t>(j) * d + x] = element_at(ct, v_after, off + x) * v_factor;

@@ -50,6 +50,10 @@ struct DecodeConfig {
   int window_left = -1, window_right = -1;
   float softcap = 0.f;
   bool sinks = false;
+  // A paged cache with a window: the page-table entries of each sequence's pages that lie wholly
+  // before its first query's window are -1, as an engine that frees them leaves them (decode must
+  // not read them; the reference reads zeros there, which no row sees).
+  bool evict_pages_before_window = false;
 
   DType cache_dtype() const { return fp8_cache ? DType::kE4M3 : dtype; }
   std::string describe() const;

@@ -221,6 +221,29 @@ TEST(Decode, VariantsForcedSplitCounts) {
     }
 }
 
+// A paged cache whose pages wholly before the window are freed (page-table entries -1, as an
+// engine leaves them): decode reads neither those entries nor those pages (memcheck runs this
+// test: scripts/gpu-check.sh's decode-sanitize step, and session 50's run), and the answer is
+// the reference's. Pages of 16 and 64 keys (a lookup per row and per page), bf16 and e4m3 caches,
+// one token and four causal ones, several splits.
+TEST(Decode, WindowDoesNotReadPagesBeforeIt) {
+  HFA_SKIP_WITHOUT_GPU();
+  for (int d : testing::compiled_head_dims())
+    for (int page : {16, 64})
+      for (bool fp8 : {false, true}) {
+        DecodeConfig c;
+        c.head_dim = d, c.batch = 4, c.heads_q = 16, c.heads_kv = 4, c.capacity = 3000;
+        c.page_size = page, c.fp8_cache = fp8, c.evict_pages_before_window = true;
+        c.cache_seqlens = {2990, 1500, 700, 90};
+        c.window_left = 333, c.window_right = -1;
+        expect_pass(c, 900 + d + page + fp8);
+        c.seqlen_q = 4, c.seqlen_new = 4, c.causal = true, c.num_splits = 3;
+        c.cache_seqlens = {2990, 1500, 700, 90};
+        c.window_left = 200, c.window_right = 0;
+        expect_pass(c, 950 + d + page + fp8);
+      }
+}
+
 TEST(Decode, EmptyCachesAndEmptyBatch) {
   HFA_SKIP_WITHOUT_GPU();
   DecodeConfig c = small_config(3, 8, 8, 64);

@@ -255,11 +255,16 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
   }
   // (The variants' additions stand apart, each under `if constexpr (kVariants)`, so that the plain
   // kernel's code is what it was: the same SASS.)
+  // first_key: the block's first visible key (its first row's). Keys before it are neither
+  // loaded (zero-filled) nor looked up in the page table: an engine may have freed the pages
+  // wholly before a sliding window (their entries then hold anything, -1 in most).
+  int first_key = 0;
   if constexpr (kVariants) {
     // The block's tiles: from its first row's first key to its last row's end (both rise with
     // the token). With a window the splits share out those tiles, not the whole sequence's.
     const RowKeys first(p, PackedRow(p, hk, m0).token, n_keys);
     const RowKeys last(p, PackedRow(p, hk, min(m0 + kRows, rows_total) - 1).token, n_keys);
+    first_key = first.begin;
     const int tile_lo = first.begin / kBlockN;
     const int tile_hi = last.end > first.begin ? ceil_div(last.end, kBlockN) : tile_lo;
     const int split_end = p.local ? tile_hi : n_tiles;  // (the plain kernel's split without a window)
@@ -318,7 +323,8 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
   int pages[kPasses];
   const int* page_row = kPaged ? p.page_table + b * p.page_table_batch_stride : nullptr;  // sequence b's pages
   auto page_of = [&](int j) {  // (j >= 0: the product unsigned, as in row_offset)
-    return j < n_keys ? page_row[static_cast<uint32_t>(j >> p.page_size_log2) *
+    const bool used = j < n_keys && (!kVariants || (j >> p.page_size_log2) >= (first_key >> p.page_size_log2));
+    return used ? page_row[static_cast<uint32_t>(j >> p.page_size_log2) *
                                  static_cast<uint64_t>(p.page_table_page_stride)]
                       : 0;
   };
@@ -393,7 +399,7 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const int r = r0 + i * kRowsPerPass, j = tile * kBlockN + r;
-      const bool valid = j < n_keys;
+      const bool valid = j < n_keys && (!kVariants || j >= first_key);
       if constexpr (tile_in_pages) {
         if (i == kPasses / 2 && two_pages) {  // (each pass lies in one half)
           k_next = k_row0 + pages[1] * p.k_outer_stride;
@@ -454,6 +460,17 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
     }
     block_end = RowKeys(p, PackedRow(p, hk, m0).token, n_keys).end;
     block_begin = RowKeys(p, PackedRow(p, hk, min(m0 + kRows, rows_total) - 1).token, n_keys).begin;
+  }
+
+  // The variants: the sink of the row this thread finalizes in the warps' merge (below), in log2
+  // units, loaded before the loop. (A window of 128 keys at batch 1 is an 8 us step, and sinks add
+  // ~0.5 us to it, wherever this load is: after the loop, here, or held here by an empty asm --
+  // all three measured; WORKLOG, "Flash decode", session 50.)
+  float sink_log2 = -INFINITY;
+  if constexpr (kVariants) {
+    const int merge_row = threadIdx.x / (kThreads / kRows);
+    if (p.sinks != nullptr && split == 0 && m0 + merge_row < rows_total)
+      sink_log2 = p.sinks[PackedRow(p, hk, m0 + merge_row).head * p.sinks_stride] * kLog2e;
   }
 
   // e4m3 cache: a key's score is (q . k_e4m3) k_descale, and O = sum_j p_j v_e4m3_j v_descale.
@@ -585,13 +602,7 @@ __global__ void __launch_bounds__(DecodeShape<D, sizeof(Tc) == 1, kPaged, kLarge
   // An attention sink joins the denominator once, in split 0's partial result (the merge then
   // carries it: LSE_0 includes it, and O_0's weight exp(LSE_0 - LSE) divides by it): its term
   // 2^(sink log2 e - mx'), taken against mx' = max(mx, sink log2 e) so neither overflows.
-  float sink_log2 = -INFINITY;
-  if constexpr (kVariants) {
-    if (p.sinks != nullptr && split == 0) {
-      sink_log2 = p.sinks[PackedRow(p, hk, m0 + row).head * p.sinks_stride] * kLog2e;
-      mx = fmaxf(mx, sink_log2);
-    }
-  }
+  if constexpr (kVariants) mx = fmaxf(mx, sink_log2);
   float weight[Shape::kWarps], l = 0.f;
 #pragma unroll
   for (int w = 0; w < Shape::kWarps; ++w) {

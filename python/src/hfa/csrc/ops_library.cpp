@@ -106,10 +106,11 @@ TORCH_LIBRARY(hfa, m) {
   // -> (q8, k8, v8, q_descale, k_descale, v_descale)
   m.def("quantize_fp8(Tensor q, Tensor k, Tensor v, bool block, bool hadamard, int hadamard_seed, "
         "bool subtract_mean_key) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
-  // Writes k, v (when given) into the caches in place, then attends: -> (out, lse).
+  // Writes k, v (when given) into the caches in place, then attends (the splits' partial results
+  // go through workspace, which it writes too): -> (out, lse).
   m.def("attention_with_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, "
         "Tensor? v, Tensor cache_seqlens, Tensor? page_table, Tensor? cache_batch_idx, bool causal, "
-        "float? softmax_scale, int num_splits, Tensor workspace, Tensor? k_descale=None, "
+        "float? softmax_scale, int num_splits, Tensor(c!) workspace, Tensor? k_descale=None, "
         "Tensor? v_descale=None, int window_left=-1, int window_right=-1, float softcap=0.0, "
         "Tensor? sinks=None) -> (Tensor, Tensor)");
   // Host only: -> (num_splits, workspace bytes).
