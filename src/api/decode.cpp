@@ -56,13 +56,7 @@ bool is_power_of_two(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 // The score variants (DecodeArgs::window_left/right, softcap, sinks): the forward's rules
 // (validate.cpp's check_variants), normalized into p (decode_problem.h). p->causal is set.
 Status check_decode_variants(const DecodeArgs& a, int64_t heads_q, DecodeProblem* p) {
-  for (const auto& [value, name] : {std::pair{a.window_left, "window_left"},
-                                    std::pair{a.window_right, "window_right"}})
-    if (value < -1)
-      return make_error(kInvalid, "%s: %d; must be -1 (unbounded) or >= 0", name, value);
-  if (a.causal && a.window_right > 0)
-    return make_error(kInvalid, "window_right: %d with causal; causal attention is window_right = 0 "
-                      "(give -1 or 0, or causal = false)", a.window_right);
+  HFA_RETURN_IF_ERROR(check_window_args(a.window_left, a.window_right, a.causal));
   const int left = a.window_left, right = a.causal ? 0 : a.window_right;
   if (left == -1 && right == 0) {
     p->causal = true;  // the causal mask itself
@@ -72,17 +66,10 @@ Status check_decode_variants(const DecodeArgs& a, int64_t heads_q, DecodeProblem
     p->window_left = left;
     p->window_right = right;
   }
-  if (!std::isfinite(a.softcap) || a.softcap < 0.f)
-    return make_error(kInvalid, "softcap: %g; must be finite and >= 0 (0: off)",
-                      static_cast<double>(a.softcap));
+  HFA_RETURN_IF_ERROR(check_softcap_arg(a.softcap));
   p->softcap = a.softcap;
   if (given(a.sinks)) {
-    HFA_RETURN_IF_ERROR(check_tensor(a.sinks, "sinks", 1, "(heads_q)"));
-    if (a.sinks.dtype != DType::kFP32)
-      return make_error(kInvalid, "sinks: dtype %s; sinks must be fp32", to_string(a.sinks.dtype));
-    if (a.sinks.shape[0] != heads_q)
-      return make_error(kInvalid, "sinks: shape %s; expected (heads_q) = (%lld)",
-                        shape_string(a.sinks).c_str(), static_cast<long long>(heads_q));
+    HFA_RETURN_IF_ERROR(check_sinks_tensor(a.sinks, heads_q));
     p->sinks = static_cast<const float*>(a.sinks.data);
     p->sinks_stride = a.sinks.stride[0];
   }

@@ -36,4 +36,12 @@ bool given(const TensorView& t);
 Status check_descale_tensor(const TensorView& t, const char* name, const char* dims,
                             std::initializer_list<int64_t> expect);
 
+// The score variants' argument rules (ForwardArgs and DecodeArgs: window_left / window_right,
+// softcap, sinks). Each window side -1 (unbounded) or >= 0, and with causal window_right -1 or 0.
+Status check_window_args(int window_left, int window_right, bool causal);
+// softcap finite and >= 0 (0: off).
+Status check_softcap_arg(float softcap);
+// Optional sinks, when given: fp32 (heads_q), any stride.
+Status check_sinks_tensor(const TensorView& sinks, int64_t heads_q);
+
 }  // namespace hfa

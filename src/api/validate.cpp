@@ -73,6 +73,34 @@ Status check_same_dim(const TensorView& a, const char* a_name, int a_dim, const 
 // Whether an optional tensor argument was given (a data pointer, or a shape for empty tensors).
 bool given(const TensorView& t) { return t.data != nullptr || t.rank != 0; }
 
+Status check_window_args(int window_left, int window_right, bool causal) {
+  for (const auto& [value, name] : {std::pair{window_left, "window_left"},
+                                    std::pair{window_right, "window_right"}})
+    if (value < -1)
+      return make_error(kInvalid, "%s: %d; must be -1 (unbounded) or >= 0", name, value);
+  if (causal && window_right > 0)
+    return make_error(kInvalid, "window_right: %d with causal; causal attention is window_right = 0 "
+                      "(give -1 or 0, or causal = false)", window_right);
+  return Status::Ok();
+}
+
+Status check_softcap_arg(float softcap) {
+  if (!std::isfinite(softcap) || softcap < 0.f)
+    return make_error(kInvalid, "softcap: %g; must be finite and >= 0 (0: off)",
+                      static_cast<double>(softcap));
+  return Status::Ok();
+}
+
+Status check_sinks_tensor(const TensorView& sinks, int64_t heads_q) {
+  HFA_RETURN_IF_ERROR(check_tensor(sinks, "sinks", 1, "(heads_q)"));
+  if (sinks.dtype != DType::kFP32)
+    return make_error(kInvalid, "sinks: dtype %s; sinks must be fp32", to_string(sinks.dtype));
+  if (sinks.shape[0] != heads_q)
+    return make_error(kInvalid, "sinks: shape %s; expected (heads_q) = (%lld)",
+                      shape_string(sinks).c_str(), static_cast<long long>(heads_q));
+  return Status::Ok();
+}
+
 Status check_descale_tensor(const TensorView& t, const char* name, const char* dims,
                             std::initializer_list<int64_t> expect) {
   const int rank = static_cast<int>(expect.size());
@@ -159,13 +187,7 @@ Status check_descales(const ForwardArgs& a, int64_t heads_kv, FwdProblem* r) {
 // The score variants (ForwardArgs::window_left/right, softcap, sinks): their rules, and their
 // normalized form in r (problem.h). Needs r's sizes.
 Status check_variants(const ForwardArgs& a, FwdProblem* r) {
-  for (const auto& [value, name] : {std::pair{a.window_left, "window_left"},
-                                    std::pair{a.window_right, "window_right"}})
-    if (value < -1)
-      return make_error(kInvalid, "%s: %d; must be -1 (unbounded) or >= 0", name, value);
-  if (a.causal && a.window_right > 0)
-    return make_error(kInvalid, "window_right: %d with causal; causal attention is window_right = 0 "
-                      "(give -1 or 0, or causal = false)", a.window_right);
+  HFA_RETURN_IF_ERROR(check_window_args(a.window_left, a.window_right, a.causal));
   int left = a.window_left, right = a.causal ? 0 : a.window_right;
   r->causal = a.causal;
   if (left == -1 && right == 0) {
@@ -180,17 +202,10 @@ Status check_variants(const ForwardArgs& a, FwdProblem* r) {
     r->window_left = bound(left);
     r->window_right = bound(right);
   }
-  if (!std::isfinite(a.softcap) || a.softcap < 0.f)
-    return make_error(kInvalid, "softcap: %g; must be finite and >= 0 (0: off)",
-                      static_cast<double>(a.softcap));
+  HFA_RETURN_IF_ERROR(check_softcap_arg(a.softcap));
   r->softcap = a.softcap;
   if (given(a.sinks)) {
-    HFA_RETURN_IF_ERROR(check_tensor(a.sinks, "sinks", 1, "(heads_q)"));
-    if (a.sinks.dtype != DType::kFP32)
-      return make_error(kInvalid, "sinks: dtype %s; sinks must be fp32", to_string(a.sinks.dtype));
-    if (a.sinks.shape[0] != r->heads_q)
-      return make_error(kInvalid, "sinks: shape %s; expected (heads_q) = (%d)",
-                        shape_string(a.sinks).c_str(), r->heads_q);
+    HFA_RETURN_IF_ERROR(check_sinks_tensor(a.sinks, r->heads_q));
     r->sinks = static_cast<const float*>(a.sinks.data);
     r->sinks_stride = a.sinks.stride[0];
   }

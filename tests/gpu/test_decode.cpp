@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "check/check_decode.h"
@@ -44,12 +45,31 @@ struct DecodeParam {
   bool fp8_cache;  // an e4m3 cache (with k_descale / v_descale) for a bf16/fp16 q
 };
 
+// The parameter's head dim, dtype and cache (the rest at defaults).
+DecodeConfig config_of(const DecodeParam& param) {
+  DecodeConfig c;
+  c.dtype = param.dtype, c.head_dim = param.head_dim, c.page_size = param.page_size;
+  c.fp8_cache = param.fp8_cache;
+  return c;
+}
+
+std::string param_name(const ::testing::TestParamInfo<DecodeParam>& info) {
+  const DecodeParam& p = info.param;
+  return "d" + std::to_string(p.head_dim) + "_" + to_string(p.dtype) +
+         (p.page_size ? "_page" + std::to_string(p.page_size) : "_contiguous") +
+         (p.fp8_cache ? "_e4m3cache" : "");
+}
+
 class DecodeMatrix : public ::testing::TestWithParam<DecodeParam> {};
 
 // Shapes: (batch, seqlen_q, heads_q, heads_kv, capacity, seqlen_new, causal).
 struct DecodeShapeCase {
   int batch, seqlen_q, heads_q, heads_kv, capacity, seqlen_new;
   bool causal;
+  void apply(DecodeConfig* c) const {
+    c->batch = batch, c->seqlen_q = seqlen_q, c->heads_q = heads_q, c->heads_kv = heads_kv;
+    c->capacity = capacity, c->seqlen_new = seqlen_new, c->causal = causal;
+  }
 };
 constexpr DecodeShapeCase kShapes[] = {
     {5, 1, 32, 8, 700, 0, false},    // GQA 4:1, one token, random lengths (0, 1, full among them)
@@ -65,11 +85,8 @@ TEST_P(DecodeMatrix, MatchesReference) {
   const DecodeParam& param = GetParam();
   uint64_t seed = 1;
   for (const DecodeShapeCase& s : kShapes) {
-    DecodeConfig c;
-    c.dtype = param.dtype, c.head_dim = param.head_dim, c.page_size = param.page_size;
-    c.fp8_cache = param.fp8_cache;
-    c.batch = s.batch, c.seqlen_q = s.seqlen_q, c.heads_q = s.heads_q, c.heads_kv = s.heads_kv;
-    c.capacity = s.capacity, c.seqlen_new = s.seqlen_new, c.causal = s.causal;
+    DecodeConfig c = config_of(param);
+    s.apply(&c);
     expect_pass(c, ++seed);
   }
 }
@@ -85,13 +102,7 @@ std::vector<DecodeParam> decode_params() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(Decode, DecodeMatrix, ::testing::ValuesIn(decode_params()),
-                         [](const ::testing::TestParamInfo<DecodeParam>& info) {
-                           const DecodeParam& p = info.param;
-                           return "d" + std::to_string(p.head_dim) + "_" + to_string(p.dtype) +
-                                  (p.page_size ? "_page" + std::to_string(p.page_size) : "_contiguous") +
-                                  (p.fp8_cache ? "_e4m3cache" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(Decode, DecodeMatrix, ::testing::ValuesIn(decode_params()), param_name);
 
 // Every split count gives the right answer, including more splits than key tiles (empty splits).
 TEST(Decode, ForcedSplitCounts) {
@@ -150,25 +161,24 @@ TEST(Decode, WideQueryRange) {
 // a window of one key; sinks on rows that see no key (cache lengths 0); the variants together
 // under forced split counts (the sink must join the denominator exactly once).
 struct DecodeVariantCase {
-  int batch, seqlen_q, heads_q, heads_kv, capacity, seqlen_new;
-  bool causal;
+  DecodeShapeCase shape;
   int window_left, window_right;
   float softcap;
   bool sinks;
   int num_splits;
 };
 constexpr DecodeVariantCase kVariantCases[] = {
-    {5, 1, 32, 8, 1500, 0, false, 300, -1, 0.f, false, 0},    // a window, one token, GQA 4:1
-    {3, 4, 8, 1, 777, 4, true, 100, -1, 0.f, false, 0},       // causal window, 4 new tokens, MQA
-    {3, 3, 12, 2, 600, 0, false, 64, 5, 0.f, false, 3},       // both sides, GQA 6:1, 3 splits
-    {3, 2, 8, 8, 500, 0, false, 0, 0, 0.f, false, 0},         // one key per row (its diagonal)
-    {4, 1, 16, 2, 900, 1, false, 5000, -1, 0.f, false, 0},    // a window longer than the cache
-    {4, 1, 32, 8, 2100, 0, false, -1, -1, 30.f, false, 0},    // softcap 30
-    {3, 2, 16, 4, 700, 2, true, -1, -1, 5.f, false, 0},       // softcap 5 (tanh saturates), causal
-    {5, 1, 32, 8, 1000, 0, false, -1, -1, 0.f, true, 0},      // sinks (cache lengths 0, 1 among them)
-    {3, 16, 4, 4, 513, 16, true, 200, 0, 20.f, true, 0},      // all of them, 16 tokens (4 row blocks)
-    {2, 3, 16, 2, 3000, 3, true, 1000, -1, 10.f, true, 16},   // all of them, 16 splits
-    {2, 1, 8, 2, 2000, 0, false, 129, -1, 0.f, true, 64},     // more splits than the window's tiles
+    {{5, 1, 32, 8, 1500, 0, false}, 300, -1, 0.f, false, 0},    // a window, one token, GQA 4:1
+    {{3, 4, 8, 1, 777, 4, true}, 100, -1, 0.f, false, 0},       // causal window, 4 new tokens, MQA
+    {{3, 3, 12, 2, 600, 0, false}, 64, 5, 0.f, false, 3},       // both sides, GQA 6:1, 3 splits
+    {{3, 2, 8, 8, 500, 0, false}, 0, 0, 0.f, false, 0},         // one key per row (its diagonal)
+    {{4, 1, 16, 2, 900, 1, false}, 5000, -1, 0.f, false, 0},    // a window longer than the cache
+    {{4, 1, 32, 8, 2100, 0, false}, -1, -1, 30.f, false, 0},    // softcap 30
+    {{3, 2, 16, 4, 700, 2, true}, -1, -1, 5.f, false, 0},       // softcap 5 (tanh saturates), causal
+    {{5, 1, 32, 8, 1000, 0, false}, -1, -1, 0.f, true, 0},      // sinks (cache lengths 0, 1 among them)
+    {{3, 16, 4, 4, 513, 16, true}, 200, 0, 20.f, true, 0},      // all of them, 16 tokens (4 row blocks)
+    {{2, 3, 16, 2, 3000, 3, true}, 1000, -1, 10.f, true, 16},   // all of them, 16 splits
+    {{2, 1, 8, 2, 2000, 0, false}, 129, -1, 0.f, true, 64},     // more splits than the window's tiles
 };
 
 class DecodeVariants : public ::testing::TestWithParam<DecodeParam> {};
@@ -178,11 +188,8 @@ TEST_P(DecodeVariants, MatchesReference) {
   const DecodeParam& param = GetParam();
   uint64_t seed = 500;
   for (const DecodeVariantCase& v : kVariantCases) {
-    DecodeConfig c;
-    c.dtype = param.dtype, c.head_dim = param.head_dim, c.page_size = param.page_size;
-    c.fp8_cache = param.fp8_cache;
-    c.batch = v.batch, c.seqlen_q = v.seqlen_q, c.heads_q = v.heads_q, c.heads_kv = v.heads_kv;
-    c.capacity = v.capacity, c.seqlen_new = v.seqlen_new, c.causal = v.causal;
+    DecodeConfig c = config_of(param);
+    v.shape.apply(&c);
     c.window_left = v.window_left, c.window_right = v.window_right;
     c.softcap = v.softcap, c.sinks = v.sinks, c.num_splits = v.num_splits;
     expect_pass(c, ++seed);
@@ -199,13 +206,7 @@ std::vector<DecodeParam> decode_variant_params() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(Decode, DecodeVariants, ::testing::ValuesIn(decode_variant_params()),
-                         [](const ::testing::TestParamInfo<DecodeParam>& info) {
-                           const DecodeParam& p = info.param;
-                           return "d" + std::to_string(p.head_dim) + "_" + to_string(p.dtype) +
-                                  (p.page_size ? "_page" + std::to_string(p.page_size) : "_contiguous") +
-                                  (p.fp8_cache ? "_e4m3cache" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(Decode, DecodeVariants, ::testing::ValuesIn(decode_variant_params()), param_name);
 
 // Every split count gives the same answer with a window and sinks as the reference does (the
 // window's tiles shared out, the sink once): 1 .. 64 splits.
