@@ -218,9 +218,10 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     window_size=(left, right) (query i sees keys i + n_b - seqlen_q - left ... + right; -1
     unbounded; only the window's keys are read), softcap (cap * tanh(scores / cap)), sinks (fp32
     (heads_q) logits added to each row's denominator). A plan made for another window is still
-    correct, its split count chosen for that window. Not differentiable. Under torch.compile(fullgraph=True) pass a plan made outside the compiled
-    function (plan_decode is host code that dynamo does not trace). Returns out (and the fp32
-    LSE, (batch, heads_q, seqlen_q), with return_lse).
+    correct, its split count chosen for that window. Not differentiable. Under
+    torch.compile(fullgraph=True) pass a plan made outside the compiled function (plan_decode is
+    host code that dynamo does not trace). Returns out (and the fp32 LSE, (batch, heads_q,
+    seqlen_q), with return_lse).
     """
     if cache_seqlens is None:
         raise ValueError("cache_seqlens: required (int32, (batch))")
