@@ -11,7 +11,8 @@
 #      and k8 sweeps (step "peers-fp8"); python/fp8_accuracy.py, the FP8 RMSE study (step
 #      "fp8-accuracy", after "python")
 #   6. flash decode: its sanitizer runs (step "decode-sanitize") and hfa-bench --decode's sweep
-#      next to cuDNN, torch's FLASH backend and FlashAttention-3 (step "decode")
+#      next to cuDNN, torch's FLASH backend and FlashAttention-3 (step "decode"); with windows,
+#      softcap and sinks next to FlashAttention-3 (step "decode-variants")
 #   7. context parallelism on 2+ GPUs: python/bench_cp.py (step "cp"; the ring's tests are in the
 #      "python" step's suite, skipped with the reason on one GPU)
 # Logs go to $OUT (default ./gpu-check-out) as few files (the device tool returns at most 8):
@@ -213,6 +214,12 @@ if [[ " $steps " == *" decode "* ]]; then
     bench_decode_peers.py --merge '$out/decode.json' '$out/decode-e4m3.json' \
     --peers cudnn,torch_flash,fa3,fa3_paged,fa3_fp8,fa3_fp8_paged --json '$out/decode-peers.json' \
     --plot '$out/decode.png' | tee -a '$out/tables.txt'"
+fi
+if [[ " $steps " == *" decode-variants "* ]]; then
+  # Decode with windows, softcap and sinks next to FlashAttention-3 (scripts/bench_decode_variants.sh).
+  install_peer_wheels
+  step decode-variants bash -c "set -o pipefail; HFA_BENCH='$bench' OUT_DIR='$out' \
+    '$root/scripts/bench_decode_variants.sh' | tee -a '$out/tables.txt'"
 fi
 
 if [[ " $steps " == *" fp8-accuracy "* ]]; then
