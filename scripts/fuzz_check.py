@@ -79,13 +79,12 @@ def forward(rng):
             args += ["--causal"]
     else:
         shape(rng, args)
-    if kernel != "fa2":  # fa2 refuses windows, softcap and sinks by name (a CPU test says so)
-        variants(rng, args)
+    variants(rng, args)
     return args + ["--values", rng.choice(VALUES), "--check-rows", "96"]
 
 
 def backward(rng):
-    args = ["auto", "--bwd", "--dtype", rng.choice(["bf16", "fp16"])]
+    args = [rng.choice(["auto", "auto", "fa2"]), "--bwd", "--dtype", rng.choice(["bf16", "fp16"])]
     if rng.random() < 0.3:
         args += ["--deterministic"]
     # The fp64 backward reference of a group costs sq x sk x group heads x d: up to 1500 keys and
@@ -149,8 +148,9 @@ def self_test():
         assert any(needle in c for c in cmds), f"no problem with {what}"
     for flag in ("--window", "--softcap", "--sinks"):
         assert any("--decode" in c and flag in c for c in cmds), f"no decode problem with {flag}"
-    assert not any(c.startswith("fa2 ") and ("--window" in c or "--softcap" in c or "--sinks" in c)
-                   for c in cmds), "fa2 takes no variants"
+    for flag in ("--window", "--softcap", "--sinks"):
+        for mode in ("", "--bwd"):
+            assert any(c.startswith("fa2 ") and flag in c and mode in c for c in cmds), f"no fa2 {mode} problem with {flag}"
     for c in cmds:
         if "--bwd" in c:
             assert int(c.split("--seqlen ")[1].split()[0]) <= 1500 and int(c.split("--heads ")[1].split()[0]) <= 16

@@ -404,8 +404,7 @@ struct BackwardArgs {
   // A name from list_backward_kernels(), or "auto": bwd_sm90 on Hopper (every head dim, every
   // variant), fa2 on other GPUs and for the deterministic mode where fa2's measured faster (512
   // keys but bwd_sm90's launch order and head_dim 256; under the causal mask below 2k keys).
-  // Variable-length batches: bwd_sm90 (Hopper, every variant) and fa2 (sm80+, causal or not: no
-  // sliding window, softcap or sinks).
+  // Variable-length batches: bwd_sm90 (Hopper) and fa2 (sm80+), both with every variant.
   std::string kernel = "auto";
   // dq, dk and dv bit-identical from run to run, whatever the number of SMs free for the launch.
   // dk and dv are always so (summed on chip in a fixed order); dq is summed over the KV blocks in

@@ -62,7 +62,8 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
-def test_variants_forward_and_gradients(case, d, dt):
+@pytest.mark.parametrize("kernel", ["auto", "fa2"])  # forward and backward: k6 / bwd_sm90 on Hopper, or fa2
+def test_variants_forward_and_gradients(case, d, dt, kernel):
     torch.manual_seed(zlib.crc32(repr((str(case), d, str(dt))).encode()))
     b, sq, sk, hq, hkv = 2, 300, 257, 6, 2
     q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt, requires_grad=True)
@@ -72,7 +73,8 @@ def test_variants_forward_and_gradients(case, d, dt):
     scale = d ** -0.5
     kw = dict(window=case["window"], causal=case["causal"], softcap=case["softcap"])
     out, lse = hfa.attention(q, k, v, causal=case["causal"], window_size=case["window"],
-                             softcap=case["softcap"], sinks=sinks, return_lse=True)
+                             softcap=case["softcap"], sinks=sinks, return_lse=True, kernel=kernel,
+                             backward_kernel=kernel)
     tensors = [q, k, v] + ([sinks] if sinks is not None else [])
     got = torch.autograd.grad(out, tensors, dout)
 

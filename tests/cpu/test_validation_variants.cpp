@@ -100,8 +100,8 @@ TEST(VariantValidation, SinksRules) {
   expect_error(normalize(a), StatusCode::kInvalidArgument, {"sinks", "null"});
 }
 
-// k6 takes every variant; a kernel that takes none refuses each by its argument's name and
-// lists the kernels that do; "auto" picks k6.
+// k6 and fa2 take every variant; a kernel that takes none refuses each by its argument's name and
+// lists the kernels that do; "auto" picks k6 on Hopper and fa2 on an sm80 GPU.
 TEST(VariantValidation, KernelsWithoutTheVariantRefuseIt) {
   struct Case { void (*set)(ForwardArgs&); const char* arg; };
   const Case cases[] = {
@@ -111,20 +111,31 @@ TEST(VariantValidation, KernelsWithoutTheVariantRefuseIt) {
   for (const Case& c : cases) {
     ForwardArgs a = valid_args();
     c.set(a);
-    for (const char* kernel : {"k2", "fa2", "k5", "k6_no_pingpong"}) {
+    for (const char* kernel : {"k2", "k5", "k6_no_pingpong"}) {
       a.kernel = kernel;
-      expect_error(plan(a), StatusCode::kUnsupported, {c.arg, kernel, "does not support", "k6"});
+      expect_error(plan(a), StatusCode::kUnsupported, {c.arg, kernel, "does not support", "k6", "fa2"});
     }
-    a.kernel = "k6";
-    EXPECT_TRUE(plan(a).ok()) << plan(a).message;
+    for (const char* kernel : {"k6", "fa2"}) {
+      a.kernel = kernel;
+      EXPECT_TRUE(plan(a).ok()) << kernel << ": " << plan(a).message;
+    }
     FwdProblem p = normalized(a);
     const KernelEntry* chosen = nullptr;
     ASSERT_TRUE(select_kernel_for("auto", p, hopper(), &chosen).ok());
     EXPECT_EQ(chosen->name, "k6") << c.arg;
+    DeviceInfo ampere = hopper();
+    ampere.cc_major = 8;
+    ASSERT_TRUE(select_kernel_for("auto", p, ampere, &chosen).ok());
+    EXPECT_EQ(chosen->name, "fa2") << c.arg;
   }
   // The variants are listed.
+  int listed = 0;
   for (const KernelInfo& k : list_kernels())
-    if (k.name == "k6") EXPECT_TRUE(k.window && k.softcap && k.sinks);
+    if (k.name == "k6" || k.name == "fa2") {
+      EXPECT_TRUE(k.window && k.softcap && k.sinks) << k.name;
+      ++listed;
+    }
+  EXPECT_EQ(listed, 2);
 }
 
 BackwardArgs backward_args() {
@@ -154,8 +165,14 @@ TEST(VariantValidation, BackwardTakesTheForwardsVariantsAndDsinks) {
   const BackwardKernelEntry* kernel = nullptr;
   ASSERT_TRUE(select_backward_kernel_for("auto", p, hopper(), &kernel).ok());
   EXPECT_EQ(kernel->name, "bwd_sm90");
-  expect_error(select_backward_kernel_for("fa2", p, hopper(), &kernel), StatusCode::kUnsupported,
-               {"window_left", "fa2", "does not support", "bwd_sm90"});
+  // fa2 takes them too, and is what "auto" runs on an sm80 GPU.
+  ASSERT_TRUE(select_backward_kernel_for("fa2", p, hopper(), &kernel).ok());
+  DeviceInfo ampere = hopper();
+  ampere.cc_major = 8;
+  ASSERT_TRUE(select_backward_kernel_for("auto", p, ampere, &kernel).ok());
+  EXPECT_EQ(kernel->name, "fa2");
+  for (const KernelInfo& info : list_backward_kernels())
+    EXPECT_TRUE(info.window && info.softcap && info.sinks) << info.name;
   // Every rule of the forward applies to the backward's copy.
   a.softcap = -1.f;
   expect_error(normalize_backward(a, &p), StatusCode::kInvalidArgument, {"softcap"});

@@ -181,10 +181,14 @@ TEST(VarlenValidation, BackwardTakesThePackedGradients) {
   ampere.cc_major = 8;
   ASSERT_TRUE(select_backward_kernel_for("auto", p, ampere, &kernel).ok());
   EXPECT_EQ(kernel->name, "fa2");
-  BwdProblem capped = p;  // softcap: bwd_sm90 only
+  BwdProblem capped = p;  // with the variants, too
   capped.fwd.softcap = 30.f;
-  expect_error(select_backward_kernel_for("fa2", capped, hopper(), &kernel), StatusCode::kUnsupported,
-               {"softcap", "fa2", "bwd_sm90"});
+  capped.fwd.local = true;
+  capped.fwd.window_left = 100;
+  capped.fwd.window_right = 0;
+  ASSERT_TRUE(select_backward_kernel_for("fa2", capped, hopper(), &kernel).ok());
+  ASSERT_TRUE(select_backward_kernel_for("auto", capped, ampere, &kernel).ok());
+  EXPECT_EQ(kernel->name, "fa2");
   for (const KernelInfo& info : list_backward_kernels())
     EXPECT_EQ(info.varlen, info.name == "bwd_sm90" || info.name == "fa2") << info.name;
   BackwardArgs bad = b;

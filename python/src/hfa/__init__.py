@@ -117,10 +117,9 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     and sinks as in attention(), within each sequence (bottom-right aligned to its own lengths).
     Returns out (total_q, heads_q, head_dim), or (out, lse) with lse fp32 (heads_q, total_q).
 
-    Differentiable with respect to q, k, v (and sinks): on Hopper with every variant (the backward
-    kernel bwd_sm90), on other GPUs (sm80+) causal or not (fa2, which takes no window, softcap or
-    sinks: those raise an error naming the argument there). Gradients are 0 in k's and v's rows past seqused_k and in rows past the last
-    sequence.
+    Differentiable with respect to q, k, v (and sinks), with every variant: on Hopper by the
+    backward kernel bwd_sm90, on other GPUs (sm80+) by fa2. Gradients are 0 in k's and v's rows
+    past seqused_k and in rows past the last sequence.
     deterministic and backward_kernel as in attention().
     """
     if len(window_size) != 2:

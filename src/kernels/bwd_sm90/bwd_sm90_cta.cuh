@@ -1,8 +1,9 @@
 // What bwd_sm90's two arrangements share (bwd_sm90_kernel.cuh: the keys as WGMMA's M, d = 64 and
 // 128; bwd_sm90_split_keys.cuh: the keys split between the warpgroups, d = 256): the CTA's view of
 // its problem (a variable-length batch's sequence), its barriers, the producer that streams Q, dO
-// and the row statistics, the CTA's course up to its consumers (run_backward_cta), the mask and
-// softcap of P and dS, and the tail of dK and dV.
+// and the row statistics, the CTA's course up to its consumers (run_backward_cta), and the tail of
+// dK and dV. (The mask and softcap of P and dS, VisibleKeys and transformed_p_and_ds, are shared
+// with fa2: kernels/common/attention_mask.cuh.)
 //
 // A Config provides E, kBlockM, kBlockN, kHeadDim, kStages, kStageConsumedBarriers, kCtaPairs,
 // QLayout, KVLayout, Pipeline, Params (BwdParams below) and a SharedStorage with k, v, q[], dout[],
@@ -24,6 +25,7 @@
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "common/problem.h"
+#include "kernels/common/attention_mask.cuh"
 #include "kernels/common/backward_passes.cuh"
 #include "kernels/common/numeric.cuh"
 #include "kernels/common/varlen.cuh"
@@ -270,32 +272,6 @@ __device__ __forceinline__ float4 load_stat_pair(const float2* stats, int q) {
   float4 v;
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
   return v;
-}
-
-// The keys of a KV block (block-relative) that `query` sees: [begin, limit) by the Mask; a block
-// that needs no mask (it crosses no causal diagonal, window edge or end of the keys) pays for no
-// compares.
-template <class Mask>
-struct VisibleKeys {
-  int begin, limit;
-  __device__ VisibleKeys(const Mask& mask, bool needs_mask, int query, int k0, int block_n)
-      : begin(Mask::kInterval && needs_mask ? mask.key_begin(query) - k0 : 0),
-        limit(needs_mask ? mask.key_limit(query) - k0 : block_n) {}
-  __device__ bool sees(int key) const { return key < limit && (!Mask::kInterval || key >= begin); }
-};
-
-// A transforming Score (softcap): s (the raw score) becomes P, from the forward's tanh
-// (tanh_approx: P matches the LSE it gave), and dp becomes dS = P (dP - D) tanh'(.), tanh' to t's
-// relative precision (tanh_derivative: 1 - t * t lost most of it where |t| nears 1). stat: the
-// row's (LSE2, D).
-template <class Score>
-__device__ __forceinline__ void transformed_p_and_ds(const Score& score, float scale_log2, float2 stat,
-                                                     bool seen, float& s, float& dp) {
-  const float x = s * score.pre;
-  const float t = tanh_approx(x);
-  const float prob = seen ? exp2_approx(fmaf(t, scale_log2, -stat.x)) : 0.f;
-  s = prob;
-  dp = prob * (dp - stat.y) * tanh_derivative(x, t);
 }
 
 // One store of a dQ fragment's staging, in both arrangements: fragment columns (c, c + 1) of row r

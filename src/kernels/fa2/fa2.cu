@@ -1,5 +1,7 @@
 // FA2's registry entries: the forward kernel "fa2" and the backward kernel "fa2", with their
 // support rules, the (dtype, head_dim) dispatch, and the backward's workspace.
+#include <type_traits>
+
 #include "kernels/common/backward_workspace.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/kernel_checks.h"
@@ -7,17 +9,32 @@
 
 namespace hfa {
 
-// Defined (explicitly instantiated) in the generated fa2_hdim<D>.cu (dense) and
-// fa2_varlen_hdim<D>.cu (variable-length batches) files; this file only declares them, so it
-// compiles no kernel.
+// Defined (explicitly instantiated) in the generated fa2_hdim<D>.cu (dense), fa2_varlen_hdim<D>.cu
+// (variable-length batches), fa2_variants_hdim<D>.cu and fa2_varlen_variants_hdim<D>.cu (with a
+// sliding window, softcap or both) files; this file only declares them, so it compiles no kernel.
 namespace fa2 {
-template <typename T, int D, bool kVarlen> cudaError_t launch_forward(const FwdProblem&, cudaStream_t);
-template <typename T, int D, bool kVarlen> cudaError_t launch_backward(const BwdProblem&, cudaStream_t);
+template <typename T, int D, bool kVarlen, bool kLocal, bool kSoftcap>
+cudaError_t launch_forward(const FwdProblem&, cudaStream_t);
+template <typename T, int D, bool kVarlen, bool kLocal, bool kSoftcap>
+cudaError_t launch_backward(const BwdProblem&, cudaStream_t);
 }  // namespace fa2
 
 namespace {
 
 constexpr const char* kName = "fa2";
+
+// Calls Launch::template run<kVarlen, kLocal, kSoftcap>() with the combination of p's variants
+// (the sinks need none of their own).
+template <class Launch>
+cudaError_t dispatch_variants(const FwdProblem& p, Launch launch) {
+  auto by_score = [&](auto varlen, auto local) {
+    return p.softcap > 0.f ? launch(varlen, local, std::true_type{}) : launch(varlen, local, std::false_type{});
+  };
+  auto by_mask = [&](auto varlen) {
+    return p.local ? by_score(varlen, std::true_type{}) : by_score(varlen, std::false_type{});
+  };
+  return p.varlen() ? by_mask(std::true_type{}) : by_mask(std::false_type{});
+}
 
 // Shared memory per block that a head dim needs at least (the small-smem shapes).
 template <int D> using FwdSmallestShape = fa2::FwdShape<D, /*kSmallSmem=*/true>;
@@ -47,14 +64,18 @@ struct Fa2Forward {
   }
   template <typename T, int D>
   static cudaError_t run(const FwdProblem& p, cudaStream_t s) {
-    return p.varlen() ? fa2::launch_forward<T, D, true>(p, s) : fa2::launch_forward<T, D, false>(p, s);
+    return dispatch_variants(p, [&](auto varlen, auto local, auto softcap) {
+      return fa2::launch_forward<T, D, varlen.value, local.value, softcap.value>(p, s);
+    });
   }
 };
 
 struct Fa2Backward {
   template <typename T, int D>
   static cudaError_t run(const BwdProblem& p, cudaStream_t s) {
-    return p.fwd.varlen() ? fa2::launch_backward<T, D, true>(p, s) : fa2::launch_backward<T, D, false>(p, s);
+    return dispatch_variants(p.fwd, [&](auto varlen, auto local, auto softcap) {
+      return fa2::launch_backward<T, D, varlen.value, local.value, softcap.value>(p, s);
+    });
   }
 };
 
@@ -78,9 +99,10 @@ KernelEntry fa2_entry() {
       "FA2 forward (Algorithm 1) on mma.sync m16n8k16 tensor cores: split-Q over warps, ldmatrix, "
       "cp.async K/V loads overlapping the softmax, deferred 1/l",
       "bf16/fp16, head_dim " HFA_HEAD_DIMS_STRING ", causal (block skipping), GQA/MQA, LSE, "
-      "variable-length batches; 16-byte aligned pointers and strides; sm80+",
+      "variable-length batches, sliding windows (tiles outside them skipped), softcap, attention "
+      "sinks; 16-byte aligned pointers and strides; sm80+",
       /*auto_priority=*/15);
-  e.variants.varlen = true;
+  e.variants = {/*window=*/true, /*softcap=*/true, /*sinks=*/true, /*varlen=*/true};
   return e;
 }
 
@@ -92,8 +114,9 @@ BackwardKernelEntry fa2_backward_entry() {
       "on chip (summed over the GQA group), dQ added in fp32 (TMA tensor reductions on sm90, atomics "
       "before; in KV-block order when deterministic)";
   e.supports = "bf16/fp16, head_dim " HFA_HEAD_DIMS_STRING ", causal (block skipping), GQA/MQA, "
-               "variable-length batches, deterministic mode; 16-byte aligned pointers and strides; sm80+";
-  e.variants.varlen = true;
+               "variable-length batches, sliding windows, softcap, attention sinks (their gradient), "
+               "deterministic mode; 16-byte aligned pointers and strides; sm80+";
+  e.variants = {/*window=*/true, /*softcap=*/true, /*sinks=*/true, /*varlen=*/true};
   e.auto_priority = 10;
   e.check = check_backward;
   e.launch = launch_backward;

@@ -12,7 +12,9 @@
 //                      on sm90 staged in shared memory and added by TMA tensor reductions, one
 //                      per 32-column slab, issued when block i + 1 starts; else by fp32 atomics
 //                      from registers)
-//                Causal: Q blocks wholly before the KV block are skipped.
+//                Causal: Q blocks wholly before the KV block are skipped; a sliding window
+//                (LocalMask) also skips those wholly after it (BackwardQBlocks). Softcap
+//                (SoftcapScore): P from the tanh of the score, and dS carries tanh'.
 //                Deterministic (bp.deterministic, a kernel of its own): the dQ additions into each
 //                Q block i (and 32-column slab, when staged) happen in a fixed order, the KV blocks
 //                that add to it from the last, last(i), down to 0: KV block j waits for the turn
@@ -57,8 +59,9 @@ namespace hfa::fa2 {
 // the staged path (unused by the atomics).
 // kDeterministic (bp.deterministic): a kernel of its own, so that the default one's code is what
 // it was (the turn logic in the same kernel made ptxas spill a loop bound at d = 128).
-// kVarlen: bp.fwd.varlen() (the header).
-template <typename T, class Shape, bool kDeterministic, bool kVarlen>
+// kVarlen: bp.fwd.varlen() (the header). Mask and Score: the score variants' policies
+// (kernels/common/attention_mask.cuh), as in the forward.
+template <typename T, class Shape, bool kDeterministic, bool kVarlen, class Mask, class Score>
 __global__ void __launch_bounds__(Shape::kThreads)
     fa2_backward_kernel(BwdProblem bp, const __grid_constant__ CUtensorMap dq_map) {
   constexpr int D = Shape::kHeadDim;
@@ -216,7 +219,8 @@ __global__ void __launch_bounds__(Shape::kThreads)
   if (n_iters > 0) load_q_do(cur, 0);
   cp_async_commit();
 
-  const float scale_log2 = p.softmax_scale * kLog2e;
+  const Score score(p);
+  const float scale_log2 = Score::log2_factor(p);
   float dk[kMT][kKVTiles][4], dv[kMT][kKVTiles][4];
   zero(dk);
   zero(dv);
@@ -247,20 +251,30 @@ __global__ void __launch_bounds__(Shape::kThreads)
           s, sQi, row_w, sK, s_col_w);
       warp_gemm<T, kMT, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV, kUnrollK>(
           dp, sdOi, row_w, sV, s_col_w);
-      const float factor =
-          fold_scale_and_mask(s, scale_log2, p, q0, k0, kBlockN, q0 + row_w, k0 + s_col_w);
       // (LSE in base 2, D) of this lane's rows: g and g + 8 of each of the warp's 16-row tiles.
       float2 stats[kMT][2];
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) stats[mt][r] = sStatsi[16 * mt + 8 * r];
-      for_each_fragment_element<kMT, kSTiles>([&](int mt, int nt, int i) {
-        const float2 st = stats[mt][i / 2];
-        const float prob = exp2_approx(fmaf(s[mt][nt][i], factor, -st.x));
-        s[mt][nt][i] = prob;                            // P
-        dp[mt][nt][i] = prob * (dp[mt][nt][i] - st.y);  // dS (without the scale)
-      });
+      // The mask from p each time, not held in registers across the loop (as in the forward).
+      const Mask mask(p);
+      const bool needs_mask = !mask.covers(q0, q0 + kBlockM - 1, k0, k0 + kBlockN);
+      if constexpr (Score::kTransforms) {  // P and dS from the tanh of the raw score (its tanh')
+        for_each_visible_element<kMT, kSTiles>(
+            mask, needs_mask, q0 + row_w, k0 + s_col_w, [&](int mt, int nt, int i, bool seen) {
+              transformed_p_and_ds(score, scale_log2, stats[mt][i / 2], seen, s[mt][nt][i], dp[mt][nt][i]);
+            });
+      } else {
+        const float factor =
+            transform_scale_and_mask(s, scale_log2, mask, score, needs_mask, q0 + row_w, k0 + s_col_w);
+        for_each_fragment_element<kMT, kSTiles>([&](int mt, int nt, int i) {
+          const float2 st = stats[mt][i / 2];
+          const float prob = exp2_approx(fmaf(s[mt][nt][i], factor, -st.x));
+          s[mt][nt][i] = prob;                            // P
+          dp[mt][nt][i] = prob * (dp[mt][nt][i] - st.y);  // dS (without the scale)
+        });
+      }
       store_c<TileP>(sP, s, row_w, s_col_w);
       store_c<TileP>(sdS, dp, row_w, s_col_w);
     }
@@ -381,7 +395,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
 
 // Host side: the main kernel in one shape, then the three launches for one (dtype, head_dim), with
 // bp's workspace already allocated and dq_accum zeroed; instantiated in fa2_hdim<D>.cu.
-template <typename T, class Shape, bool kVarlen>
+template <typename T, class Shape, bool kVarlen, class Mask, class Score>
 cudaError_t launch_backward_shape(const BwdProblem& bp, cudaStream_t stream) {
   const FwdProblem& p = bp.fwd;
   CUtensorMap dq_map{};  // staged dQ only, and only when there are rows to add
@@ -392,25 +406,27 @@ cudaError_t launch_backward_shape(const BwdProblem& bp, cudaStream_t stream) {
         err != cudaSuccess)
       return err;
   }
-  auto* kernel = bp.deterministic ? fa2_backward_kernel<T, Shape, true, kVarlen>
-                                  : fa2_backward_kernel<T, Shape, false, kVarlen>;
+  auto* kernel = bp.deterministic ? fa2_backward_kernel<T, Shape, true, kVarlen, Mask, Score>
+                                  : fa2_backward_kernel<T, Shape, false, kVarlen, Mask, Score>;
   return launch_with_smem(kernel,
                           dim3(ceil_div(p.seqlen_k, Shape::kBlockN), p.heads_kv, p.batch),
                           Shape::kThreads, Shape::kSmemBytes, stream, bp, dq_map);
 }
 
-// The dense problems (fa2_hdim<D>.cu) and, with kVarlen (bp.fwd.varlen()), the variable-length
-// ones (fa2_varlen_hdim<D>.cu).
-template <typename T, int D, bool kVarlen = false>
+// One (dtype, head_dim, kVarlen, window, softcap) combination, as launch_forward (fa2_forward.cuh)
+// says; the sinks' gradient is the shared pass's (launch_backward_passes).
+template <typename T, int D, bool kVarlen, bool kLocal, bool kSoftcap>
 cudaError_t launch_backward(const BwdProblem& bp, cudaStream_t stream) {
+  using Mask = std::conditional_t<kLocal, LocalMask, AttentionMask>;
+  using Score = std::conditional_t<kSoftcap, SoftcapScore, PlainScore>;
   return launch_backward_passes<T, D>(bp, stream, [&]() -> cudaError_t {
     if constexpr (kHasSmallSmemShape<BwdShape, D>) {
       bool small = false;
       if (cudaError_t err = use_small_smem_shape(BwdShape<D>::kSmemBytes, &small); err != cudaSuccess)
         return err;
-      if (small) return launch_backward_shape<T, BwdShape<D, true>, kVarlen>(bp, stream);
+      if (small) return launch_backward_shape<T, BwdShape<D, true>, kVarlen, Mask, Score>(bp, stream);
     }
-    return launch_backward_shape<T, BwdShape<D>, kVarlen>(bp, stream);
+    return launch_backward_shape<T, BwdShape<D>, kVarlen, Mask, Score>(bp, stream);
   });
 }
 

@@ -24,8 +24,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "common/problem.h"
+#include "kernels/common/attention_mask.cuh"
 #include "kernels/common/launch.cuh"
 #include "kernels/common/numeric.cuh"
 #include "kernels/common/quad_reduce.cuh"
@@ -40,19 +42,7 @@ namespace hfa::fa2 {
 using namespace hfa::sm80;
 
 
-// KV tiles that query rows [q0, q0 + block_m) see: all of them, or with causal only those up to
-// the diagonal (block skipping: tiles wholly in the future are never loaded).
-__device__ __forceinline__ int forward_kv_tiles(const FwdProblem& p, int q0, int block_m,
-                                                int block_n) {
-  int n = ceil_div(p.seqlen_k, block_n);
-  if (p.causal) {
-    const int last_key = q0 + block_m - 1 + p.causal_offset();  // seen by the tile's last row
-    n = min(n, last_key < 0 ? 0 : last_key / block_n + 1);
-  }
-  return n;
-}
-
-template <typename T, class Shape, bool kVarlen>
+template <typename T, class Shape, bool kVarlen, class Mask, class Score>
 __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
     fa2_forward_kernel(FwdProblem problem) {
   constexpr int D = Shape::kHeadDim;
@@ -89,7 +79,9 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
   const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride + q_begin * p.q_row_stride;
   const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride + k_begin * p.k_row_stride;
   const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride + k_begin * p.v_row_stride;
-  const int n_tiles = forward_kv_tiles(p, q0, kBlockM, kBlockN);
+  // The KV tiles the CTA's rows see (block skipping: tiles wholly outside the causal mask or the
+  // window are never loaded), and of those the ones that need no mask.
+  const KvRange range = Mask::range(p, q0, kBlockM, kBlockN);
 
   // Without load_rows_async's whole-tile branch: in the forward it measured no faster, and at
   // d = 128 its second copy of the loop cost a register that spilled.
@@ -103,13 +95,13 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
                                                        p.v_row_stride, tile * kBlockN, p.seqlen_k);
   };
   load_rows_async<TileQ, kThreads>(sQ, q, p.q_row_stride, q0, p.seqlen_q);
-  if (n_tiles > 0) {
-    load_k(0);
-    if constexpr (kStages == 2) load_v(0);
+  if (!range.empty()) {
+    load_k(range.begin);
+    if constexpr (kStages == 2) load_v(range.begin);
   }
   cp_async_commit();
 
-  const float scale_log2 = p.softmax_scale * kLog2e;  // softmax in base 2 (exp2 is one MUFU op)
+  const float scale_log2 = Score::log2_factor(p);  // softmax in base 2 (exp2 is one MUFU op)
   float o[kMT][kOTiles][4];
   zero(o);
   float row_max[kMT][2], row_sum[kMT][2];  // rows g and g + 8 of each row tile; sums per lane
@@ -118,7 +110,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
 #pragma unroll
     for (int r = 0; r < 2; ++r) row_max[mt][r] = -INFINITY, row_sum[mt][r] = 0.f;
 
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = range.begin; j < range.end; ++j) {
     const int k0 = j * kBlockN;
     const T* sKj = sK + (j % kStages) * TileKV::kElems;
     const T* sVj = sV + (j % kStages) * TileKV::kElems;
@@ -127,7 +119,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
     // next loads overwrite.
     __syncthreads();
     if constexpr (kStages == 2) {
-      if (j + 1 < n_tiles) load_k(j + 1), load_v(j + 1);
+      if (j + 1 < range.end) load_k(j + 1), load_v(j + 1);
     } else {
       load_v(j);
     }
@@ -138,7 +130,12 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
     warp_gemm<T, kMT, kSTiles, D, Stored::kRowMajor, Stored::kRowMajor, TileQ, TileKV>(
         s, sQ, warp_m0, sKj, 0);
 
-    const float factor = fold_scale_and_mask(s, scale_log2, p, q0, k0, kBlockN, q0 + warp_m0, k0);
+    // The mask from p each time (its fields, and whether the tile needs it, recomputed rather than
+    // held in registers across the loop: held, they spilled at d = 128 with a window).
+    const Mask mask(p);
+    const Score score(p);
+    const bool needs_mask = !mask.covers(q0, min(p.seqlen_q, q0 + kBlockM) - 1, k0, k0 + kBlockN);
+    const float factor = transform_scale_and_mask(s, scale_log2, mask, score, needs_mask, q0 + warp_m0, k0);
 
     online_softmax_tile(s, row_max, row_sum, o, factor);
 
@@ -154,7 +151,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
     if constexpr (kStages == 1) {
       cp_async_wait<0>();  // V_j has landed
       __syncthreads();     // everyone's V_j is visible and every warp is done with K_j
-      if (j + 1 < n_tiles) load_k(j + 1);
+      if (j + 1 < range.end) load_k(j + 1);
       cp_async_commit();
     }
 
@@ -175,22 +172,22 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
   }
   cp_async_wait<0>();
 
-  // Epilogue: O /= l, LSE = ln(l) + max (natural log); rows that saw no key get O = 0, LSE = -inf.
+  // Epilogue: O /= l (with an attention sink, / (l + its term)), LSE in natural log; rows that saw
+  // no key get O = 0 and LSE = -inf, or the sink's logit (finish_row).
   const int lane = threadIdx.x % 32;
+  const float sink_log2 = p.sinks ? p.sinks[h * p.sinks_stride] * kLog2e : -INFINITY;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float l = quad_sum(row_sum[mt][r]);
-      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const RowEnd end = finish_row(quad_sum(row_sum[mt][r]), row_max[mt][r] * exponent_factor(scale_log2), sink_log2);
 #pragma unroll
       for (int nt = 0; nt < kOTiles; ++nt)
 #pragma unroll
-        for (int c = 0; c < 2; ++c) o[mt][nt][2 * r + c] *= inv;
+        for (int c = 0; c < 2; ++c) o[mt][nt][2 * r + c] *= end.o_scale;
       const int row = q0 + warp_m0 + 16 * mt + lane / 4 + 8 * r;
       if (p.lse && lane % 4 == 0 && row < p.seqlen_q)
-        p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + (q_begin + row) * p.lse_row_stride] =
-            l > 0.f ? (row_max[mt][r] * exponent_factor(scale_log2) + log2f(l)) * kLn2 : -INFINITY;
+        p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + (q_begin + row) * p.lse_row_stride] = end.lse_log2 * kLn2;
     }
   __syncthreads();  // sQ is free: stage O there for 16-byte stores
   store_c<TileQ>(sQ, o, warp_m0, 0);
@@ -201,9 +198,9 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
 
 // Host side: launch for one (dtype, head_dim); instantiated in fa2_hdim<D>.cu.
 // kVarlen must be p.varlen(): the grid is then sized by max_seqlen_q, a sequence per z.
-template <typename T, class Shape, bool kVarlen>
+template <typename T, class Shape, bool kVarlen, class Mask, class Score>
 cudaError_t launch_forward_shape(const FwdProblem& p, cudaStream_t stream) {
-  return launch_with_smem(fa2_forward_kernel<T, Shape, kVarlen>,
+  return launch_with_smem(fa2_forward_kernel<T, Shape, kVarlen, Mask, Score>,
                           dim3(ceil_div(p.seqlen_q, Shape::kBlockM), p.heads_q, p.batch),
                           Shape::kThreads, Shape::kSmemBytes, stream, p);
 }
@@ -225,17 +222,22 @@ inline cudaError_t use_small_smem_shape(size_t large_shape_bytes, bool* small) {
   return err;
 }
 
-// The dense problems (fa2_hdim<D>.cu) and, with kVarlen, the variable-length ones
-// (fa2_varlen_hdim<D>.cu).
-template <typename T, int D, bool kVarlen = false>
+// One (dtype, head_dim, kVarlen, window, softcap) combination: kVarlen must be p.varlen(), kLocal
+// p.local, kSoftcap p.softcap > 0 (fa2.cu's dispatch). Instantiated in fa2_hdim<D>.cu (dense
+// problems, no window, no softcap), fa2_varlen_hdim<D>.cu (variable-length batches, likewise) and
+// fa2_variants_hdim<D>.cu (the window and softcap combinations of both). Sinks need no
+// combination of their own: they enter once per row, in the epilogue.
+template <typename T, int D, bool kVarlen, bool kLocal, bool kSoftcap>
 cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
+  using Mask = std::conditional_t<kLocal, LocalMask, AttentionMask>;
+  using Score = std::conditional_t<kSoftcap, SoftcapScore, PlainScore>;
   if constexpr (kHasSmallSmemShape<FwdShape, D>) {
     bool small = false;
     if (cudaError_t err = use_small_smem_shape(FwdShape<D>::kSmemBytes, &small); err != cudaSuccess)
       return err;
-    if (small) return launch_forward_shape<T, FwdShape<D, true>, kVarlen>(p, stream);
+    if (small) return launch_forward_shape<T, FwdShape<D, true>, kVarlen, Mask, Score>(p, stream);
   }
-  return launch_forward_shape<T, FwdShape<D>, kVarlen>(p, stream);
+  return launch_forward_shape<T, FwdShape<D>, kVarlen, Mask, Score>(p, stream);
 }
 
 }  // namespace hfa::fa2

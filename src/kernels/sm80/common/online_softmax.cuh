@@ -62,4 +62,22 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[MT][NT][4], float
         [&](int mt, int nt, int i) { o[mt][nt][i] *= correction[mt][i / 2]; });
 }
 
+// The end of a row's softmax (FlashAttention-2, Algorithm 1, lines 12-13): what O is multiplied
+// by, and the LSE in log2 units. l: the row's sum (all four lanes' together); base: its max in
+// log2 units (row_max times the exponent's factor); sink_log2: an attention sink's logit in log2
+// units, or -inf for none. A sink joins the denominator, not O: O = acc / (l + 2^(sink - base)),
+// taken against max(base, sink) so that neither term overflows. A row that saw no key (l = 0)
+// gets O = 0 and LSE = -inf, or the sink's logit. The sink's test is uniform across the grid.
+struct RowEnd {
+  float o_scale, lse_log2;
+};
+__device__ __forceinline__ RowEnd finish_row(float l, float base, float sink_log2) {
+  if (sink_log2 == -INFINITY)
+    return l > 0.f ? RowEnd{1.f / l, base + log2f(l)} : RowEnd{0.f, -INFINITY};
+  const float top = l > 0.f ? fmaxf(base, sink_log2) : sink_log2;
+  const float keys = l > 0.f ? exp2f(base - top) : 0.f;  // 2^(base - top): l's terms in top's units
+  const float total = l * keys + exp2f(sink_log2 - top);
+  return RowEnd{keys / total, top + log2f(total)};
+}
+
 }  // namespace hfa::sm80

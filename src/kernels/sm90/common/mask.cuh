@@ -1,117 +1,21 @@
-// Which keys a query sees, which KV tiles need the mask at all, and what becomes of a score
-// before the softmax: the two policy types of every WGMMA forward kernel (STYLE.md: masks and
-// score transforms are types composed at compile time, not branches in the hot loop).
-//
-// Masks (a query sees an interval of keys; only the tiles crossing its ends pay for the compare):
-//   AttentionMask  no mask or causal (bottom-right aligned: query i sees key j iff
-//                  j <= i + (seqlen_k - seqlen_q)); the visible keys are a prefix [0, key_limit).
-//   LocalMask      a sliding window (FwdProblem::local): query i sees the keys
-//                  [i + offset - window_left, i + offset + window_right]; tiles wholly outside a
-//                  Q tile's windows are never visited (nor loaded).
-// Keys at or past seqlen_k (zero-filled by the TMA) are never seen. A Q tile visits KV tiles
-// [begin, end); of those, [unmasked_begin, unmasked_end) are fully visible to every row of the Q
-// tile.
-//
-// Scores (applied to S = Q K^T as it leaves the tensor cores):
-//   PlainScore    softmax_scale * s
-//   SoftcapScore  softcap * tanh(softmax_scale * s / softcap) (FwdProblem::softcap)
+// The score variants' policies (kernels/common/attention_mask.cuh: AttentionMask, LocalMask,
+// PlainScore, SoftcapScore) applied to a WGMMA kernel's CuTe fragments: scale_and_mask.
 #pragma once
 
 #include <cute/tensor.hpp>
 
 #include "common/problem.h"
-#include "kernels/common/fa2_cuda_core.cuh"
+#include "kernels/common/attention_mask.cuh"
 #include "kernels/common/numeric.cuh"
 #include "kernels/sm90/common/fragment_softmax.cuh"
 
 namespace hfa::sm90 {
 
-struct KvRange {
-  int begin, end;                     // KV tiles the Q tile visits
-  int unmasked_begin, unmasked_end;   // of those, the ones that need no mask
-  __device__ bool empty() const { return end <= begin; }
-  __device__ bool needs_mask(int tile) const { return tile < unmasked_begin || tile >= unmasked_end; }
-};
-
-struct AttentionMask {
-  static constexpr bool kInterval = false;  // the visible keys are a prefix
-  int seqlen_k, offset;
-  bool causal;
-
-  __device__ explicit AttentionMask(const FwdProblem& p)
-      : seqlen_k(p.seqlen_k), offset(p.causal_offset()), causal(p.causal) {}
-
-  // Query `query` sees exactly the keys [0, key_limit(query)).
-  __device__ int key_limit(int query) const {
-    return causal ? min(seqlen_k, query + offset + 1) : seqlen_k;
-  }
-  __device__ int key_begin(int) const { return 0; }
-  // Every query in [q_first, q_last] sees every key in [k0, k_end) (the backward's block test).
-  __device__ bool covers(int q_first, int /*q_last*/, int /*k0*/, int k_end) const {
-    return k_end <= key_limit(q_first);
-  }
-
-  __device__ static KvRange range(const FwdProblem& p, int q0, int block_m, int block_n) {
-    const int n_tiles = fa2::kv_tiles(p, q0, block_m, block_n);
-    int full = p.seqlen_k / block_n;  // tiles whose keys are all < seqlen_k
-    if (p.causal) full = min(full, max(0, (q0 + p.causal_offset() + 1) / block_n));
-    return KvRange{0, n_tiles, 0, min(full, n_tiles)};
-  }
-};
-
-struct LocalMask {
-  static constexpr bool kInterval = true;
-  int seqlen_k, lower, upper;  // query i sees [i + lower, i + upper] (within the keys)
-
-  __device__ explicit LocalMask(const FwdProblem& p)
-      : seqlen_k(p.seqlen_k),
-        lower(p.causal_offset() - p.window_left),
-        upper(p.causal_offset() + p.window_right) {}
-
-  // Query `query` sees exactly the keys [key_begin(query), key_limit(query)). The API bounds
-  // seqlen_q + seqlen_k and the window by 2^30, so none of these sums overflows.
-  __device__ int key_begin(int query) const { return max(0, query + lower); }
-  __device__ int key_limit(int query) const { return min(seqlen_k, query + upper + 1); }
-  __device__ bool covers(int q_first, int q_last, int k0, int k_end) const {
-    return k0 >= key_begin(q_last) && k_end <= key_limit(q_first);
-  }
-
-  __device__ static KvRange range(const FwdProblem& p, int q0, int block_m, int block_n) {
-    const LocalMask m(p);
-    const int q_last = min(p.seqlen_q, q0 + block_m) - 1;  // the tile's last real row
-    const int lo = m.key_begin(q0), hi = m.key_limit(q_last);
-    if (hi <= lo) return KvRange{0, 0, 0, 0};
-    const int begin = lo / block_n, end = (hi + block_n - 1) / block_n;
-    // Fully visible: starts at or after the last row's first key, ends at or before the first
-    // row's last key (and the keys' end).
-    const int first_full = max(begin, (m.key_begin(q_last) + block_n - 1) / block_n);
-    const int end_full = min(end, max(0, m.key_limit(q0)) / block_n);
-    return KvRange{begin, end, first_full, max(first_full, end_full)};
-  }
-};
-
-struct PlainScore {
-  static constexpr bool kTransforms = false;
-  PlainScore() = default;
-  __device__ explicit PlainScore(const FwdProblem&) {}
-  // The factor that takes a score to the softmax's log2 units.
-  __device__ static float log2_factor(const FwdProblem& p) { return p.softmax_scale * kLog2e; }
-  template <class TS>
-  __device__ __forceinline__ void apply(TS&) const {}
-};
-
-// s -> tanh(s * softmax_scale / softcap); the softmax then takes it times softcap * log2(e).
-struct SoftcapScore {
-  static constexpr bool kTransforms = true;
-  float pre;
-  __device__ explicit SoftcapScore(const FwdProblem& p) : pre(p.softmax_scale / p.softcap) {}
-  __device__ static float log2_factor(const FwdProblem& p) { return p.softcap * kLog2e; }
-  template <class TS>
-  __device__ __forceinline__ void apply(TS& s) const {
-    CUTE_UNROLL
-    for (int i = 0; i < cute::size(s); ++i) s(i) = tanh_approx(s(i) * pre);
-  }
-};
+using hfa::AttentionMask;
+using hfa::KvRange;
+using hfa::LocalMask;
+using hfa::PlainScore;
+using hfa::SoftcapScore;
 
 // Transforms a tile of scores (a thread's (rows, cols) view, c_rc its (row, col) coordinates within
 // the tile) by the Score policy, scales it to log2 units (scale_log2 = Score::log2_factor) and, on
@@ -128,7 +32,10 @@ __device__ __forceinline__ void scale_and_mask(TS& s_rc, const TC& c_rc, const M
                                                bool needs_mask, int q0, int k0, float scale_log2,
                                                const Score& score = Score{}) {
   using namespace cute;
-  score.apply(s_rc);
+  if constexpr (Score::kTransforms) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(s_rc); ++i) s_rc(i) = score.transform(s_rc(i));
+  }
   if (!kFoldScale || !(scale_log2 > 0.f)) {
     CUTE_UNROLL
     for (int i = 0; i < size(s_rc); ++i) s_rc(i) *= scale_log2;
