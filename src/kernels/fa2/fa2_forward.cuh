@@ -13,6 +13,10 @@
 //   1 buffer each (FA2's schedule, half the shared memory): V_j is issued at the start of
 //     iteration j and lands during S_j and the softmax; K_{j+1} is issued once every warp is done
 //     with K_j and lands during P V_j. Two barriers per tile.
+// Score variants (kernels/common/attention_mask.cuh, as in k6): a Mask policy (AttentionMask: none or
+// causal; LocalMask: a sliding window) gives the KV tiles a Q tile visits and which need the mask,
+// a Score policy (PlainScore; SoftcapScore: tanh) transforms S as it leaves the tensor cores;
+// attention sinks join each row's denominator in the epilogue (finish_row).
 // Variable-length batches (kVarlen, a kernel of its own so that the dense one keeps its code): the
 // grid's third axis is the sequences, each CTA works on its sequence as a dense problem (its
 // lengths from sequence_span, varlen.cuh; its rows from the span's first ones), and CTAs past its
@@ -196,7 +200,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kMinBlocksPerSm)
   store_rows<TileQ, kThreads>(out, p.o_row_stride, sQ, q0, p.seqlen_q);
 }
 
-// Host side: launch for one (dtype, head_dim); instantiated in fa2_hdim<D>.cu.
+// Host side: launch for one (dtype, shape, policies).
 // kVarlen must be p.varlen(): the grid is then sized by max_seqlen_q, a sequence per z.
 template <typename T, class Shape, bool kVarlen, class Mask, class Score>
 cudaError_t launch_forward_shape(const FwdProblem& p, cudaStream_t stream) {
@@ -224,9 +228,10 @@ inline cudaError_t use_small_smem_shape(size_t large_shape_bytes, bool* small) {
 
 // One (dtype, head_dim, kVarlen, window, softcap) combination: kVarlen must be p.varlen(), kLocal
 // p.local, kSoftcap p.softcap > 0 (fa2.cu's dispatch). Instantiated in fa2_hdim<D>.cu (dense
-// problems, no window, no softcap), fa2_varlen_hdim<D>.cu (variable-length batches, likewise) and
-// fa2_variants_hdim<D>.cu (the window and softcap combinations of both). Sinks need no
-// combination of their own: they enter once per row, in the epilogue.
+// problems, no window, no softcap), fa2_varlen_hdim<D>.cu (variable-length batches, likewise),
+// fa2_variants_hdim<D>.cu and fa2_varlen_variants_hdim<D>.cu (the window and softcap
+// combinations of each). Sinks need no combination of their own: they enter once per row, in the
+// epilogue.
 template <typename T, int D, bool kVarlen, bool kLocal, bool kSoftcap>
 cudaError_t launch_forward(const FwdProblem& p, cudaStream_t stream) {
   using Mask = std::conditional_t<kLocal, LocalMask, AttentionMask>;

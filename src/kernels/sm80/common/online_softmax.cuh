@@ -67,7 +67,7 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[MT][NT][4], float
 // log2 units (row_max times the exponent's factor); sink_log2: an attention sink's logit in log2
 // units, or -inf for none. A sink joins the denominator, not O: O = acc / (l + 2^(sink - base)),
 // taken against max(base, sink) so that neither term overflows. A row that saw no key (l = 0)
-// gets O = 0 and LSE = -inf, or the sink's logit. The sink's test is uniform across the grid.
+// gets O = 0 and LSE = -inf, or the sink's logit. The sink's test is uniform within a CTA (a head).
 struct RowEnd {
   float o_scale, lse_log2;
 };
