@@ -23,8 +23,8 @@ namespace {
 
 constexpr const char* kName = "fa2";
 
-// Calls Launch::template run<kVarlen, kLocal, kSoftcap>() with the combination of p's variants
-// (the sinks need none of their own).
+// Calls launch(varlen, local, softcap), each a std::bool_constant, with p's combination of the
+// variants that have kernels of their own (the sinks need none).
 template <class Launch>
 cudaError_t dispatch_variants(const FwdProblem& p, Launch launch) {
   auto by_score = [&](auto varlen, auto local) {
