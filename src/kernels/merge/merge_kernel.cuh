@@ -7,16 +7,19 @@
 //
 // Few parts (num_parts <= kWarpRowMaxParts: context parallelism's blocks, flash decode at large
 // batch): merge_rows_kernel, a warp per row and 4 rows per CTA; the lanes hold the parts' LSEs and
-// every part's load of a row is issued before the sums, with no block-wide synchronization. A CTA
-// per row, as below, spent most of its short life in its four __syncthreads: at 262k rows of 2
-// parts (a 32k sequence over 2 GPUs) about 0.5 ms.
+// every part's load of a row is issued with them, before the sums, with no block-wide
+// synchronization. A CTA per row, as below, spent most of its short life in its four
+// __syncthreads: at 262k rows of 2 parts (a 32k sequence over 2 GPUs) about 0.5 ms.
 //
-// Many parts: merge_kernel, one CTA per output row (b, token, head). The row's D columns are read 4 at a time by D / 4
-// threads, and the CTA's kGroups such groups take every kGroups-th part, each with kUnroll loads in
-// flight: flash decode's partial results come from L2, and a loop of one dependent load per part
-// (the first version: a warp per row) took 12 us at 33 splits, as long as the split kernel's own
-// 8k keys. Every read of a row's parts happens before its first write (a __syncthreads between),
-// so out may be one of the parts.
+// Many parts: merge_kernel, one CTA per output row (b, token, head). The row's D columns are read
+// 4 at a time by D / 4 threads, and the CTA's kGroups such groups take every kGroups-th part:
+// flash decode's partial results come from L2, and a loop of one dependent load per part (the
+// first version: a warp per row) took 12 us at 33 splits, as long as the split kernel's own 8k
+// keys. The first 40 parts' O are loaded together with the LSEs, before the weights exist (a
+// part's load does not depend on its weight; accumulate_part drops what a weight of 0 multiplies),
+// so that a batch-1 decode step's merge waits for one L2 round trip; parts past them follow
+// kUnroll at a time. Every read of a row's parts happens before its first write (a
+// __syncthreads between), so out may be one of the parts.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -42,6 +45,22 @@ template <typename T> __device__ __forceinline__ float4 load4(const T* src) {
     return make_float4(to_float(e[0]), to_float(e[1]), to_float(e[2]), to_float(e[3]));
   }
 }
+// load4, issued where it stands: an ordinary load whose value only a weight != 0 uses is sunk by
+// the compiler below the weights' reductions (and predicated on the weight), which is the wait this
+// is meant to avoid; a volatile asm stays in place.
+template <typename T> __device__ __forceinline__ float4 load4_early(const T* src) {
+  if constexpr (std::is_same_v<T, float>) {
+    float4 v;
+    asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(src));
+    return v;
+  } else {
+    uint2 raw;
+    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];\n" : "=r"(raw.x), "=r"(raw.y) : "l"(src));
+    const T* e = reinterpret_cast<const T*>(&raw);
+    return make_float4(to_float(e[0]), to_float(e[1]), to_float(e[2]), to_float(e[3]));
+  }
+}
 template <typename T> __device__ __forceinline__ void store4(T* dst, float4 v) {
   if constexpr (std::is_same_v<T, float>) {
     *reinterpret_cast<float4*>(dst) = v;
@@ -53,6 +72,14 @@ template <typename T> __device__ __forceinline__ void store4(T* dst, float4 v) {
 
 inline constexpr int kMergeThreads = 128;
 inline constexpr int kWarpRowMaxParts = 8;
+
+// acc += w v for one part, whose O was loaded before its weight w was known: a part that saw no key
+// (or a negligible one) has w = 0, and its O may hold anything (NaN), so it adds nothing. The
+// arithmetic is that of loading only the parts of nonzero weight: the same bits either way.
+__device__ __forceinline__ void accumulate_part(float4& acc, float w, float4 v) {
+  if (w == 0.f) v = make_float4(0.f, 0.f, 0.f, 0.f);
+  acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+}
 
 // (b, token, head) of output row `row`, head fastest.
 struct RowIndex {
@@ -75,6 +102,19 @@ __global__ void __launch_bounds__(kMergeThreads) merge_rows_kernel(MergeProblem 
                              ? p.lse_parts[lane * p.lse_part_stride + r.b * p.lse_batch_stride +
                                            r.head * p.lse_head_stride + r.token * p.lse_row_stride]
                              : -INFINITY;
+  const TPart* src = static_cast<const TPart*>(p.o_parts) + r.b * p.o_batch_stride +
+                     r.token * p.o_row_stride + r.head * p.o_head_stride;
+  // Every part's O is loaded beside the LSEs, before their weights are known (early_part_loads):
+  // one L2 round trip instead of two.
+  float4 v[kPasses][kWarpRowMaxParts];
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int col = pass * 128 + 4 * lane;
+#pragma unroll
+    for (int s = 0; s < kWarpRowMaxParts; ++s)
+      v[pass][s] = col < D && s < p.num_parts ? load4_early(src + s * p.o_part_stride + col)
+                                              : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
   float mx = lse_lane;
   for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
   float sum = mx == -INFINITY ? 0.f : exp2_approx((lse_lane - mx) * kLog2e);
@@ -85,22 +125,15 @@ __global__ void __launch_bounds__(kMergeThreads) merge_rows_kernel(MergeProblem 
 #pragma unroll
   for (int s = 0; s < kWarpRowMaxParts; ++s) w[s] = __shfl_sync(0xffffffffu, w_lane, s);  // 0 past num_parts
 
-  const TPart* src = static_cast<const TPart*>(p.o_parts) + r.b * p.o_batch_stride +
-                     r.token * p.o_row_stride + r.head * p.o_head_stride;
   TOut* dst = static_cast<TOut*>(p.out) + r.b * p.out_batch_stride + r.token * p.out_row_stride +
               r.head * p.out_head_stride;
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     const int col = pass * 128 + 4 * lane;
     if (col >= D) break;  // D = 64: half the lanes
-    float4 v[kWarpRowMaxParts];
-#pragma unroll
-    for (int s = 0; s < kWarpRowMaxParts; ++s)  // the loads first: all in flight
-      v[s] = w[s] != 0.f ? load4(src + s * p.o_part_stride + col) : make_float4(0.f, 0.f, 0.f, 0.f);
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-    for (int s = 0; s < kWarpRowMaxParts; ++s)
-      acc.x += w[s] * v[s].x, acc.y += w[s] * v[s].y, acc.z += w[s] * v[s].z, acc.w += w[s] * v[s].w;
+    for (int s = 0; s < kWarpRowMaxParts; ++s) accumulate_part(acc, w[s], v[pass][s]);
     store4(dst + col, acc);  // after this lane's reads of the same columns: out may be a part
   }
   if (p.lse && lane == 0)
@@ -111,6 +144,7 @@ template <typename TPart, typename TOut, int D>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeProblem p) {
   constexpr int kThreads = kMergeThreads, kWarps = kThreads / 32;
   constexpr int kColThreads = D / 4, kGroups = kThreads / kColThreads, kUnroll = 4;
+  constexpr int kEarlyParts = 40, kEarly = kEarlyParts / kGroups;  // 5 / 10 / 20 a thread at D = 64 / 128 / 256
   constexpr int kLsePerThread = kMaxMergeParts / kThreads;
   static_assert(kThreads % kColThreads == 0 && kMaxMergeParts % kThreads == 0, "thread layout");
   __shared__ float weights[kMaxMergeParts];
@@ -120,7 +154,20 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeProblem p) {
   const int64_t row = blockIdx.x;  // (b, token, head), head fastest
   const RowIndex r(p, row);
   const int head = r.head, token = r.token, b = r.b;
+  const int group = threadIdx.x / kColThreads, c4 = threadIdx.x % kColThreads;
+  const TPart* src = static_cast<const TPart*>(p.o_parts) + b * p.o_batch_stride +
+                     token * p.o_row_stride + head * p.o_head_stride + 4 * c4;
   wait_for_prerequisite_grid();  // as flash decode's dependent: its split results are complete
+  // The first kEarly parts of this thread's group, loaded beside the LSEs before their weights
+  // are known: the row then waits for one L2 round trip, not one for the LSEs and one per
+  // kGroups x kUnroll parts after them (flash decode's split counts, at most 33 at batch 1,
+  // are all early at every head dim).
+  float4 early[kEarly];
+#pragma unroll
+  for (int i = 0; i < kEarly; ++i) {
+    const int s = group + i * kGroups;
+    early[i] = s < p.num_parts ? load4_early(src + s * p.o_part_stride) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
 
   // The block's max and sum of one value per thread (all threads take part).
   auto block_reduce = [&](float v, bool is_max) {
@@ -159,11 +206,14 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeProblem p) {
   }
   __syncthreads();
 
-  const int group = threadIdx.x / kColThreads, c4 = threadIdx.x % kColThreads;
-  const TPart* src = static_cast<const TPart*>(p.o_parts) + b * p.o_batch_stride +
-                     token * p.o_row_stride + head * p.o_head_stride + 4 * c4;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = group; s0 < p.num_parts; s0 += kGroups * kUnroll) {
+#pragma unroll
+  for (int i = 0; i < kEarly; ++i) {
+    const int s = group + i * kGroups;
+    accumulate_part(acc, s < p.num_parts ? weights[s] : 0.f, early[i]);
+  }
+  // The parts past the early ones, in the same order (each group's parts by increasing index).
+  for (int s0 = group + kEarly * kGroups; s0 < p.num_parts; s0 += kGroups * kUnroll) {
     float w[kUnroll];
     float4 v[kUnroll];
 #pragma unroll
@@ -174,9 +224,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeProblem p) {
       v[u] = w[u] != 0.f ? load4(src + s * p.o_part_stride) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      acc.x += w[u] * v[u].x, acc.y += w[u] * v[u].y, acc.z += w[u] * v[u].z, acc.w += w[u] * v[u].w;
-    }
+    for (int u = 0; u < kUnroll; ++u) accumulate_part(acc, w[u], v[u]);
   }
   group_acc[group][c4] = acc;
   __syncthreads();  // every read of the parts is done: out may alias one of them
