@@ -7,9 +7,9 @@
 //
 // Few parts (num_parts <= kWarpRowMaxParts: context parallelism's blocks, flash decode at large
 // batch): merge_rows_kernel, a warp per row and 4 rows per CTA; the lanes hold the parts' LSEs and
-// every part's load of a row is issued with them, before the sums, with no block-wide
-// synchronization. A CTA per row, as below, spent most of its short life in its four
-// __syncthreads: at 262k rows of 2 parts (a 32k sequence over 2 GPUs) about 0.5 ms.
+// every part's load of a row is issued before the sums, with no block-wide synchronization. A CTA
+// per row, as below, spent most of its short life in its four __syncthreads: at 262k rows of 2
+// parts (a 32k sequence over 2 GPUs) about 0.5 ms.
 //
 // Many parts: merge_kernel, one CTA per output row (b, token, head). The row's D columns are read
 // 4 at a time by D / 4 threads, and the CTA's kGroups such groups take every kGroups-th part:
@@ -104,8 +104,10 @@ __global__ void __launch_bounds__(kMergeThreads) merge_rows_kernel(MergeProblem 
                              : -INFINITY;
   const TPart* src = static_cast<const TPart*>(p.o_parts) + r.b * p.o_batch_stride +
                      r.token * p.o_row_stride + r.head * p.o_head_stride;
-  // Every part's O is loaded beside the LSEs, before their weights are known (early_part_loads):
-  // one L2 round trip instead of two.
+  // Every part's O is loaded before its weight is known, not only those of nonzero weight after
+  // it. (ptxas issues these loads after the first shuffle, which waits for the LSE: they overlap
+  // the rest of the reduction, not the LSE's round trip; forcing them before it measured no faster,
+  // WORKLOG "Flash decode", session 52.)
   float4 v[kPasses][kWarpRowMaxParts];
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
