@@ -13,6 +13,7 @@
 
 #include "check/check_decode.h"
 #include "gpu_test_util.h"
+#include "kernels/decode/decode.h"
 
 namespace hfa {
 namespace {
@@ -280,7 +281,7 @@ TEST(Decode, GraphReplayEqualsEager) {
   const DecodeArgs args = buf.args();
   DecodePlan plan;
   ASSERT_TRUE(plan_decode(args, &plan).ok());
-  ASSERT_GT(plan.num_splits, 1) << "the test wants the combine kernel in the graph";
+  ASSERT_GT(plan.num_splits, 1) << "the test wants the merge in the graph";
   void* workspace = nullptr;
   ASSERT_EQ(cudaMalloc(&workspace, plan.workspace_bytes), cudaSuccess);
   cudaStream_t stream;
@@ -327,6 +328,82 @@ TEST(Decode, GraphReplayEqualsEager) {
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
   cudaFree(workspace);
+}
+
+// Kernel nodes in one decode step captured on `stream` (the step is recorded, not run).
+int captured_kernel_nodes(const DecodeArgs& args, const DecodePlan& plan, void* workspace, cudaStream_t stream) {
+  cudaGraph_t graph;
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) return -1;
+  const Status captured = decode(args, plan, workspace, plan.workspace_bytes, stream);
+  if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || !captured.ok()) return -1;
+  size_t n = 0;
+  cudaGraphGetNodes(graph, nullptr, &n);
+  std::vector<cudaGraphNode_t> nodes(n);
+  cudaGraphGetNodes(graph, nodes.data(), &n);
+  int kernels = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    if (cudaGraphNodeGetType(node, &type) == cudaSuccess && type == cudaGraphNodeTypeKernel) ++kernels;
+  }
+  cudaGraphDestroy(graph);
+  return kernels;
+}
+
+// Restores the merge in the split grid when a test that turned it off ends, however it ends.
+struct MergeInGridGuard {
+  ~MergeInGridGuard() { flash_decode::set_merge_in_grid_allowed(true); }
+};
+
+// With several splits whose CTAs the device holds at once, the split kernel merges its partial
+// results itself after a grid-wide barrier (a cooperative launch: a captured step is one kernel
+// node); with that turned off, the merge kernel does it (two nodes). Both give the same bits, and
+// the reference's answer. Split counts on both of the merge's row paths (a warp per row up to 8
+// parts, a CTA per row past that), contiguous and paged, bf16 and e4m3 caches, sinks.
+TEST(Decode, MergeInGridEqualsMergeKernel) {
+  HFA_SKIP_WITHOUT_GPU();
+  MergeInGridGuard guard;
+  struct Case { int splits, page_size; bool fp8, sinks; };
+  const Case cases[] = {{2, 0, false, false}, {5, 32, false, false}, {16, 0, true, false},
+                        {9, 64, true, false}, {12, 0, false, true}};
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (int d : testing::compiled_head_dims())
+    for (const Case& k : cases) {
+      // 2 sequences x 2 KV heads x 1 row block (2 tokens x 4 query heads): 4 CTAs a split.
+      DecodeConfig c = small_config(2, 8, 2, 2500);
+      c.head_dim = d, c.num_splits = k.splits, c.page_size = k.page_size, c.fp8_cache = k.fp8;
+      c.sinks = k.sinks, c.seqlen_q = 2, c.causal = true;
+      SCOPED_TRACE(c.describe());
+      DecodeBuffers buf;
+      ASSERT_TRUE(buf.allocate(c, 700 + k.splits).ok());
+      const DecodeArgs args = buf.args();
+      DecodePlan plan;
+      ASSERT_TRUE(plan_decode(args, &plan).ok());
+      ASSERT_EQ(plan.num_splits, k.splits);
+      void* workspace = nullptr;
+      ASSERT_EQ(cudaMalloc(&workspace, plan.workspace_bytes), cudaSuccess);
+      const size_t out_bytes = buf.out.numel() * size_of(buf.out.dtype), lse_bytes = buf.lse.numel() * 4;
+      std::vector<uint8_t> out[2], lse[2];
+      int nodes[2];
+      for (int path = 0; path < 2; ++path) {  // 0: in the split grid, 1: the merge kernel
+        flash_decode::set_merge_in_grid_allowed(path == 0);
+        nodes[path] = captured_kernel_nodes(args, plan, workspace, stream);
+        ASSERT_TRUE(buf.poison_outputs().ok());
+        ASSERT_TRUE(decode(args, plan, workspace, plan.workspace_bytes, stream).ok());
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        out[path].resize(out_bytes), lse[path].resize(lse_bytes);
+        ASSERT_EQ(cudaMemcpy(out[path].data(), buf.out.data, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(lse[path].data(), buf.lse.data, lse_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      }
+      flash_decode::set_merge_in_grid_allowed(true);
+      cudaFree(workspace);
+      EXPECT_EQ(nodes[0], 1) << "the split kernel merges (one launch)";
+      EXPECT_EQ(nodes[1], 2) << "the merge kernel after the split kernel";
+      EXPECT_TRUE(out[0] == out[1]) << "out differs between the two merges";
+      EXPECT_TRUE(lse[0] == lse[1]) << "lse differs between the two merges";
+      expect_pass(c, 700 + k.splits);  // (the merge in the grid, checked against the reference)
+    }
+  cudaStreamDestroy(stream);
 }
 
 // Rejected arguments launch nothing: the poisoned output stays poisoned and the cache unchanged.

@@ -19,6 +19,7 @@
 
 #include "bench.h"
 #include "hfa/hfa.h"
+#include "kernels/decode/decode.h"
 
 namespace {
 
@@ -198,8 +199,15 @@ int main(int argc, char** argv) {
                  "--decode: a paged cache's pages shuffled (default; rows decode_paged*) or in-order, "
                  "sequence after sequence (rows decode_paged*_pages_in_order)")
       ->check(CLI::IsMember({"shuffled", "in-order"}));
+  std::string decode_merge = "grid";
+  app.add_option("--decode-merge", decode_merge,
+                 "--decode, for A/Bs: where several splits are merged: in the split kernel's grid where "
+                 "the device holds all its CTAs (grid, the library's default) or always by the merge "
+                 "kernel after it (kernel); the rows keep their names")
+      ->check(CLI::IsMember({"grid", "kernel"}));
   CLI11_PARSE(app, argc, argv);
   opt.pages_in_order = page_order == "in-order";
+  if (decode_merge == "kernel") hfa::flash_decode::set_merge_in_grid_allowed(false);
   opt.values = hfa::check::parse_values(values_name).value();  // a member: checked by the parser
 
   if (list) {

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "common/status_util.h"
 #include "hfa_build_config.h"
@@ -93,6 +94,13 @@ size_t smem_bytes(int head_dim, bool fp8_cache) {
 #undef HFA_DECODE_SMEM
   return 0;
 }
+
+namespace {
+std::atomic<bool> g_merge_in_grid_allowed{true};
+}  // namespace
+
+void set_merge_in_grid_allowed(bool allowed) { g_merge_in_grid_allowed.store(allowed); }
+bool merge_in_grid_allowed() { return g_merge_in_grid_allowed.load(std::memory_order_relaxed); }
 
 Status launch(const DecodeProblem& p, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;

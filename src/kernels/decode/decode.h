@@ -23,8 +23,14 @@ size_t workspace_bytes(const DecodeProblem& p);
 size_t smem_bytes(int head_dim, bool fp8_cache);
 
 // Launches the append (with k_new / v_new), the split kernel and, with several splits, the
-// combine on `stream`. p.o_partial / p.lse_partial must point into a workspace of
-// workspace_bytes(p) when p.num_splits > 1.
+// combine on `stream`: inside the split grid when the device holds all its CTAs at once (a
+// cooperative launch), else the merge kernel after it (decode_launch.cuh). p.o_partial /
+// p.lse_partial must point into a workspace of workspace_bytes(p) when p.num_splits > 1.
 Status launch(const DecodeProblem& p, cudaStream_t stream);
+
+// Whether launch() may merge the splits inside the split grid (true unless set otherwise; for all
+// of the process's threads). The tests turn it off to compare the two paths bit for bit.
+void set_merge_in_grid_allowed(bool allowed);
+bool merge_in_grid_allowed();
 
 }  // namespace hfa::flash_decode

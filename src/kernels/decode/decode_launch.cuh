@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "kernels/decode/decode.h"
 #include "kernels/decode/decode_kernel.cuh"
 #include "kernels/merge/merge.h"
 
@@ -12,11 +13,13 @@ namespace hfa::flash_decode {
 inline constexpr int kMaxDevices = 64;  // devices whose facts below are remembered
 
 // What the launches need to know of the current device, found once per device and kernel (not per
-// call: decode's host cost matters): whose shared-memory limit was raised, and whether the device
-// takes programmatic dependent launches (compute capability 9.0 and newer).
+// call: decode's host cost matters): whose shared-memory limit was raised, whether the device
+// takes programmatic dependent launches (compute capability 9.0 and newer), and how many CTAs of
+// the kernel it holds at once (a cooperative launch's limit).
 struct DeviceOnce {
   std::atomic<bool> smem_raised[kMaxDevices] = {};
-  std::atomic<int> major[kMaxDevices] = {};  // 0: not read yet
+  std::atomic<int> major[kMaxDevices] = {};          // 0: not read yet
+  std::atomic<int> resident_ctas[kMaxDevices] = {};  // 0: not read yet; -1: no cooperative launch
 };
 
 inline cudaError_t device_major(int device, DeviceOnce& once, int* major) {
@@ -29,43 +32,37 @@ inline cudaError_t device_major(int device, DeviceOnce& once, int* major) {
   return err;
 }
 
-static_assert(kDecodeMaxSplits <= kMaxMergeParts, "one merge takes every split");
-
-// The splits' fp32 partial results (DecodeProblem::o_partial, lse_partial: (num_splits, batch,
-// seqlen_q, heads_q[, head_dim]), packed) as a merge into q's dtype, out and lse.
-inline MergeProblem split_results(const DecodeProblem& p) {
-  MergeProblem m;
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;
-  m.num_parts = p.num_splits;
-  m.batch = p.batch, m.seqlen = p.seqlen_q, m.heads = p.heads_q, m.head_dim = p.head_dim;
-  m.o_parts = p.o_partial;
-  m.part_dtype = DType::kFP32;
-  m.o_part_stride = rows * p.head_dim;
-  m.o_batch_stride = static_cast<int64_t>(p.seqlen_q) * p.heads_q * p.head_dim;
-  m.o_row_stride = static_cast<int64_t>(p.heads_q) * p.head_dim;
-  m.o_head_stride = p.head_dim;
-  m.lse_parts = p.lse_partial;
-  m.lse_part_stride = rows;
-  m.lse_batch_stride = static_cast<int64_t>(p.seqlen_q) * p.heads_q;
-  m.lse_head_stride = 1;
-  m.lse_row_stride = p.heads_q;
-  m.out = p.o;
-  m.out_dtype = p.dtype;
-  m.out_batch_stride = p.o_batch_stride, m.out_row_stride = p.o_row_stride, m.out_head_stride = p.o_head_stride;
-  m.lse = p.lse;
-  m.lse_out_batch_stride = p.lse_batch_stride, m.lse_out_head_stride = p.lse_head_stride;
-  m.lse_out_row_stride = p.lse_row_stride;
-  return m;
+// CTAs of `kernel` (its block size and dynamic shared memory set) that the device holds at once,
+// or -1 if it takes no cooperative launch.
+inline cudaError_t resident_ctas(const void* kernel, int threads, size_t smem, int device, DeviceOnce& once, int* ctas) {
+  if (device < kMaxDevices && (*ctas = once.resident_ctas[device].load()) != 0) return cudaSuccess;
+  int cooperative = 0, per_sm = 0, sms = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+  if (err != cudaSuccess) return err;
+  *ctas = cooperative && per_sm > 0 ? per_sm * sms : -1;
+  if (device < kMaxDevices) once.resident_ctas[device].store(*ctas);
+  return cudaSuccess;
 }
 
+static_assert(kDecodeMaxSplits <= kMaxMergeParts, "one merge takes every split");
+
 // The split kernel of one policy (decode_split_kernel's template arguments); *major: the device's
-// compute capability major, for the merge's launch.
+// compute capability major, for the merge's launch. With splits whose CTAs the device holds all at
+// once, a cooperative launch in which the split kernel merges its own partial results
+// (DecodeProblem::merge_in_grid): one launch per step instead of two, the launches being most of
+// a step's host cost (~3 us each measured on the H100's host); *merged says so. Otherwise (one
+// split; more CTAs than fit, as waves_split or a forced num_splits make; more output rows than
+// the grid has warps or CTAs to merge them, merge_rows_per_cta; a device that holds fewer than
+// its occupancy says, e.g. shared under MPS) a plain launch, and the merge kernel after it.
 template <typename T, typename Tc, int D, bool kPaged, bool kLargePages, bool kVariants>
-cudaError_t launch_split_kernel(const DecodeProblem& p, cudaStream_t stream, int* major) {
+cudaError_t launch_split_kernel(const DecodeProblem& p, cudaStream_t stream, int* major, bool* merged) {
   using Shape = DecodeShape<D, sizeof(Tc) == 1, kPaged, kLargePages>;
   const int m_blocks = ceil_div(p.packed_rows(), Shape::kRows);
   auto* kernel = decode_split_kernel<T, Tc, D, kPaged, kLargePages, kVariants>;
   static DeviceOnce once;
+  *merged = false;
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = device_major(device, once, major);
@@ -75,8 +72,35 @@ cudaError_t launch_split_kernel(const DecodeProblem& p, cudaStream_t stream, int
     if (err == cudaSuccess && device < kMaxDevices) once.smem_raised[device].store(true);
   }
   if (err != cudaSuccess) return err;
-  kernel<<<dim3(m_blocks * p.num_splits, p.heads_kv, p.batch), Shape::kThreads, Shape::kSmemBytes,
-           stream>>>(p);
+  const dim3 grid(m_blocks * p.num_splits, p.heads_kv, p.batch);
+  if (p.num_splits > 1 && merge_in_grid_allowed()) {
+    int resident = 0;
+    err = resident_ctas(reinterpret_cast<const void*>(kernel), Shape::kThreads, Shape::kSmemBytes, device, once, &resident);
+    if (err != cudaSuccess) return err;
+    const int64_t ctas = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+    const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;
+    if (ctas <= resident && rows <= ctas * merge_rows_per_cta(p.num_splits, Shape::kThreads)) {
+      DecodeProblem in_grid = p;
+      in_grid.merge_in_grid = true;
+      cudaLaunchConfig_t config = {};
+      config.gridDim = grid;
+      config.blockDim = dim3(Shape::kThreads);
+      config.dynamicSmemBytes = Shape::kSmemBytes;
+      config.stream = stream;
+      cudaLaunchAttribute attribute[1];
+      attribute[0].id = cudaLaunchAttributeCooperative;
+      attribute[0].val.cooperative = 1;
+      config.attrs = attribute;
+      config.numAttrs = 1;
+      err = cudaLaunchKernelEx(&config, kernel, in_grid);
+      if (err != cudaErrorCooperativeLaunchTooLarge) {
+        *merged = err == cudaSuccess;
+        return err;
+      }
+      cudaGetLastError();  // (not sticky) fewer CTAs fit now than the occupancy said: two kernels
+    }
+  }
+  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -90,10 +114,11 @@ cudaError_t launch_policy(const DecodeProblem& p, cudaStream_t stream) {
   }
   if (p.packed_rows() == 0) return cudaSuccess;  // seqlen_q == 0: only the append
   int major = 0;
+  bool merged = false;
   // Windows, softcap and sinks in their own kernel (decode_kernel.cuh: kVariants).
-  const cudaError_t err = p.variants() ? launch_split_kernel<T, Tc, D, kPaged, kLargePages, true>(p, stream, &major)
-                                       : launch_split_kernel<T, Tc, D, kPaged, kLargePages, false>(p, stream, &major);
-  if (err != cudaSuccess || p.num_splits == 1) return err;
+  const cudaError_t err = p.variants() ? launch_split_kernel<T, Tc, D, kPaged, kLargePages, true>(p, stream, &major, &merged)
+                                       : launch_split_kernel<T, Tc, D, kPaged, kLargePages, false>(p, stream, &major, &merged);
+  if (err != cudaSuccess || p.num_splits == 1 || merged) return err;
   // The merge of the splits' partial results, launched as the split kernel's programmatic
   // dependent on sm90 (it waits for the split grid in the kernel: merge_kernel.cuh); in stream
   // order before.

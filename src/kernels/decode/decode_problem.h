@@ -67,6 +67,11 @@ struct DecodeProblem {
   const float* sinks = nullptr;   // fp32 (heads_q) logits added to each row's denominator
   int64_t sinks_stride = 0;
 
+  // Set by the launch, not the API (decode_launch.cuh): num_splits > 1 and the split kernel is
+  // launched cooperatively (every CTA resident), so it merges its partial results itself after a
+  // grid-wide barrier instead of a second kernel doing it.
+  bool merge_in_grid = false;
+
   HFA_HOST_DEVICE bool fp8_cache() const { return cache_dtype == DType::kE4M3; }
   // Whether the variants' kernel runs (decode_kernel.cuh, kVariants): the plain one takes none.
   HFA_HOST_DEVICE bool variants() const { return local || softcap > 0.f || sinks != nullptr; }

@@ -35,28 +35,30 @@ namespace hfa::merge {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
 
-// Four consecutive elements of T as floats, and back (8 bytes for bf16/fp16, 16 for fp32).
+// Four consecutive elements of T as floats (read through L2, as load4_early below), and back (8
+// bytes for bf16/fp16, 16 for fp32).
 template <typename T> __device__ __forceinline__ float4 load4(const T* src) {
   if constexpr (std::is_same_v<T, float>) {
-    return *reinterpret_cast<const float4*>(src);
+    return __ldcg(reinterpret_cast<const float4*>(src));
   } else {
-    const uint2 raw = *reinterpret_cast<const uint2*>(src);
+    const uint2 raw = __ldcg(reinterpret_cast<const uint2*>(src));
     const T* e = reinterpret_cast<const T*>(&raw);
     return make_float4(to_float(e[0]), to_float(e[1]), to_float(e[2]), to_float(e[3]));
   }
 }
 // load4, issued where it stands: an ordinary load whose value only a weight != 0 uses is sunk by
 // the compiler below the weights' reductions (and predicated on the weight), which is the wait this
-// is meant to avoid; a volatile asm stays in place.
+// is meant to avoid; a volatile asm stays in place. Through L2 (.cg): flash decode's merge in its
+// split grid reads parts that other SMs wrote in the same kernel (below).
 template <typename T> __device__ __forceinline__ float4 load4_early(const T* src) {
   if constexpr (std::is_same_v<T, float>) {
     float4 v;
-    asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(src));
     return v;
   } else {
     uint2 raw;
-    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];\n" : "=r"(raw.x), "=r"(raw.y) : "l"(src));
+    asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];\n" : "=r"(raw.x), "=r"(raw.y) : "l"(src));
     const T* e = reinterpret_cast<const T*>(&raw);
     return make_float4(to_float(e[0]), to_float(e[1]), to_float(e[2]), to_float(e[3]));
   }
@@ -90,17 +92,15 @@ struct RowIndex {
         head(static_cast<int>(row % p.heads)) {}
 };
 
+// One output row merged by one warp (merge_rows_kernel; flash decode's merge in its split grid):
+// the parts' LSEs one per lane, so num_parts <= kWarpRowMaxParts.
 template <typename TPart, typename TOut, int D>
-__global__ void __launch_bounds__(kMergeThreads) merge_rows_kernel(MergeProblem p) {
-  constexpr int kWarps = kMergeThreads / 32, kPasses = (D + 127) / 128;  // 4 columns per lane a pass
-  const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  wait_for_prerequisite_grid();  // as flash decode's dependent: its split results are complete
-  if (row >= p.rows()) return;   // the whole warp
+__device__ __forceinline__ void merge_row_by_warp(const MergeProblem& p, int64_t row, int lane) {
+  constexpr int kPasses = (D + 127) / 128;  // 4 columns per lane a pass
   const RowIndex r(p, row);
   const float lse_lane = lane < p.num_parts
-                             ? p.lse_parts[lane * p.lse_part_stride + r.b * p.lse_batch_stride +
-                                           r.head * p.lse_head_stride + r.token * p.lse_row_stride]
+                             ? __ldcg(&p.lse_parts[lane * p.lse_part_stride + r.b * p.lse_batch_stride +
+                                                   r.head * p.lse_head_stride + r.token * p.lse_row_stride])
                              : -INFINITY;
   const TPart* src = static_cast<const TPart*>(p.o_parts) + r.b * p.o_batch_stride +
                      r.token * p.o_row_stride + r.head * p.o_head_stride;
@@ -143,23 +143,43 @@ __global__ void __launch_bounds__(kMergeThreads) merge_rows_kernel(MergeProblem 
 }
 
 template <typename TPart, typename TOut, int D>
-__global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeProblem p) {
+__global__ void __launch_bounds__(kMergeThreads) merge_rows_kernel(MergeProblem p) {
+  constexpr int kWarps = kMergeThreads / 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  wait_for_prerequisite_grid();  // as flash decode's dependent: its split results are complete
+  if (row >= p.rows()) return;   // the whole warp
+  merge_row_by_warp<TPart, TOut, D>(p, row, threadIdx.x % 32);
+}
+
+// The shared memory of merge_row_by_cta (a static array in merge_kernel; flash decode's split
+// kernel lends it part of its K/V ring).
+template <int D>
+struct MergeRowStorage {
+  static constexpr int kColThreads = D / 4, kGroups = kMergeThreads / kColThreads;
+  float weights[kMaxMergeParts];
+  float warp_partial[kMergeThreads / 32];
+  float4 group_acc[kGroups][kColThreads];
+};
+
+// One output row merged by a CTA of kMergeThreads threads (merge_kernel; flash decode's merge in
+// its split grid). The CTA's threads all call it; it begins and ends with no thread reading `st`
+// that another may write next (a caller that loops over rows needs no barrier between them), and
+// every read of the row's parts comes before its first write of out (a __syncthreads between),
+// so out may be one of the parts.
+template <typename TPart, typename TOut, int D>
+__device__ __forceinline__ void merge_row_by_cta(const MergeProblem& p, int64_t row, MergeRowStorage<D>& st) {
   constexpr int kThreads = kMergeThreads, kWarps = kThreads / 32;
-  constexpr int kColThreads = D / 4, kGroups = kThreads / kColThreads, kUnroll = 4;
+  constexpr int kColThreads = MergeRowStorage<D>::kColThreads, kGroups = MergeRowStorage<D>::kGroups;
+  constexpr int kUnroll = 4;
   constexpr int kEarlyParts = 40, kEarly = kEarlyParts / kGroups;  // 5 / 10 / 20 a thread at D = 64 / 128 / 256
   constexpr int kLsePerThread = kMaxMergeParts / kThreads;
   static_assert(kThreads % kColThreads == 0 && kMaxMergeParts % kThreads == 0, "thread layout");
-  __shared__ float weights[kMaxMergeParts];
-  __shared__ float warp_partial[kWarps];
-  __shared__ float4 group_acc[kGroups][kColThreads];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row = blockIdx.x;  // (b, token, head), head fastest
-  const RowIndex r(p, row);
+  const RowIndex r(p, row);  // (b, token, head), head fastest
   const int head = r.head, token = r.token, b = r.b;
   const int group = threadIdx.x / kColThreads, c4 = threadIdx.x % kColThreads;
   const TPart* src = static_cast<const TPart*>(p.o_parts) + b * p.o_batch_stride +
                      token * p.o_row_stride + head * p.o_head_stride + 4 * c4;
-  wait_for_prerequisite_grid();  // as flash decode's dependent: its split results are complete
   // The first kEarly parts of this thread's group, loaded beside the LSEs before their weights
   // are known: the row then waits for one L2 round trip, not one for the LSEs and one per
   // kGroups x kUnroll parts after them (flash decode's split counts, at most 33 at batch 1,
@@ -177,11 +197,11 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeProblem p) {
       const float o = __shfl_xor_sync(0xffffffffu, v, off);
       v = is_max ? fmaxf(v, o) : v + o;
     }
-    if (lane == 0) warp_partial[warp] = v;
+    if (lane == 0) st.warp_partial[warp] = v;
     __syncthreads();
-    v = warp_partial[0];
+    v = st.warp_partial[0];
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) v = is_max ? fmaxf(v, warp_partial[w]) : v + warp_partial[w];
+    for (int w = 1; w < kWarps; ++w) v = is_max ? fmaxf(v, st.warp_partial[w]) : v + st.warp_partial[w];
     __syncthreads();  // warp_partial is reused by the next reduction
     return v;
   };
@@ -192,7 +212,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeProblem p) {
 #pragma unroll
   for (int i = 0; i < kLsePerThread; ++i) {
     const int s = threadIdx.x + kThreads * i;
-    lse_s[i] = s < p.num_parts ? lse_row[s * p.lse_part_stride] : -INFINITY;
+    lse_s[i] = s < p.num_parts ? __ldcg(&lse_row[s * p.lse_part_stride]) : -INFINITY;
     mx = fmaxf(mx, lse_s[i]);
   }
   mx = block_reduce(mx, true);
@@ -204,7 +224,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeProblem p) {
 #pragma unroll
   for (int i = 0; i < kLsePerThread; ++i) {
     const int s = threadIdx.x + kThreads * i;
-    if (s < p.num_parts) weights[s] = mx == -INFINITY ? 0.f : exp2_approx((lse_s[i] - lse) * kLog2e);
+    if (s < p.num_parts) st.weights[s] = mx == -INFINITY ? 0.f : exp2_approx((lse_s[i] - lse) * kLog2e);
   }
   __syncthreads();
 
@@ -212,7 +232,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeProblem p) {
 #pragma unroll
   for (int i = 0; i < kEarly; ++i) {
     const int s = group + i * kGroups;
-    accumulate_part(acc, s < p.num_parts ? weights[s] : 0.f, early[i]);
+    accumulate_part(acc, s < p.num_parts ? st.weights[s] : 0.f, early[i]);
   }
   // The parts past the early ones, in the same order (each group's parts by increasing index).
   for (int s0 = group + kEarly * kGroups; s0 < p.num_parts; s0 += kGroups * kUnroll) {
@@ -221,19 +241,19 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeProblem p) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {  // the loads first, then the sums: kUnroll in flight
       const int s = s0 + u * kGroups;
-      w[u] = s < p.num_parts ? weights[s] : 0.f;
+      w[u] = s < p.num_parts ? st.weights[s] : 0.f;
       // a part that saw no key (or a negligible one) has weight 0: its O is not read
       v[u] = w[u] != 0.f ? load4(src + s * p.o_part_stride) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) accumulate_part(acc, w[u], v[u]);
   }
-  group_acc[group][c4] = acc;
+  st.group_acc[group][c4] = acc;
   __syncthreads();  // every read of the parts is done: out may alias one of them
   if (group == 0) {
 #pragma unroll
     for (int g = 1; g < kGroups; ++g) {
-      const float4 a = group_acc[g][c4];
+      const float4 a = st.group_acc[g][c4];
       acc.x += a.x, acc.y += a.y, acc.z += a.z, acc.w += a.w;
     }
     store4(static_cast<TOut*>(p.out) + b * p.out_batch_stride + token * p.out_row_stride +
@@ -242,6 +262,13 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeProblem p) {
   }
   if (p.lse && threadIdx.x == 0)
     p.lse[b * p.lse_out_batch_stride + head * p.lse_out_head_stride + token * p.lse_out_row_stride] = lse;
+}
+
+template <typename TPart, typename TOut, int D>
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(MergeProblem p) {
+  __shared__ MergeRowStorage<D> storage;
+  wait_for_prerequisite_grid();  // as flash decode's dependent: its split results are complete
+  merge_row_by_cta<TPart, TOut, D>(p, blockIdx.x, storage);  // a CTA per output row
 }
 
 }  // namespace hfa::merge
