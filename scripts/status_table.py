@@ -32,11 +32,11 @@ HEADLINES = [
      ["sdpa_flash"], "bwd_varlen"),
     ("FP8 forward (k7)", "2026-11-27-h100-peers-k7-k8-fp8-14ad125-passes2.json", "k7", ["fa3_fp8"], "fwd"),
     ("FP8 forward, block scales (k8)", "2026-11-27-h100-peers-k7-k8-fp8-14ad125-passes2.json", "k8", ["fa3_fp8"], "fwd"),
-    # Decode on the H100 at c0d7914 (session 52): hfa's bf16 and e4m3 sweeps, then the peers, in one call.
-    ("decode, bf16 cache", "2026-11-28-h100-decode-peers-c0d7914.json", "decode", ["cudnn", "fa3"], "decode"),
-    ("decode, bf16 paged cache", "2026-11-28-h100-decode-peers-c0d7914.json", "decode_paged", ["cudnn", "fa3"], "decode"),
-    ("decode, e4m3 cache", "2026-11-28-h100-decode-peers-c0d7914.json", "decode_e4m3", ["fa3_fp8"], "decode"),
-    ("decode, e4m3 paged cache", "2026-11-28-h100-decode-peers-c0d7914.json", "decode_paged_e4m3", ["fa3_fp8"], "decode"),
+    # Decode on the H100 at beddf35 (session 53): hfa's bf16 and e4m3 sweeps, then the peers, in one call.
+    ("decode, bf16 cache", "2026-11-28-h100-decode-peers-beddf35.json", "decode", ["cudnn", "fa3"], "decode"),
+    ("decode, bf16 paged cache", "2026-11-28-h100-decode-peers-beddf35.json", "decode_paged", ["cudnn", "fa3"], "decode"),
+    ("decode, e4m3 cache", "2026-11-28-h100-decode-peers-beddf35.json", "decode_e4m3", ["fa3_fp8"], "decode"),
+    ("decode, e4m3 paged cache", "2026-11-28-h100-decode-peers-beddf35.json", "decode_paged_e4m3", ["fa3_fp8"], "decode"),
     # Session 43's runs came on an H200 (the H100s did not): the same headlines on that GPU, beside
     # the H100's. The decode file's peers ran in the device call after hfa's sweeps, on the same
     # machine still held (PERFORMANCE.md, "Latest for decode").
