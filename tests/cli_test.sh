@@ -34,6 +34,9 @@ grep -q -- "--deterministic.*--bwd" <<<"$out" || fail "--deterministic without -
 # --decode --num-splits: outside 0..256 is refused by the parser (GPU or not), naming the option.
 out=$("$bench" --decode --num-splits 257 2>&1) && fail "--num-splits 257 exited 0"
 grep -q -- "--num-splits" <<<"$out" || fail "--num-splits 257: message does not name the option: $out"
+# --decode-merge: grid or kernel only, refused by the parser (GPU or not), naming the option.
+out=$("$bench" --decode --decode-merge split 2>&1) && fail "--decode-merge split exited 0"
+grep -q -- "--decode-merge" <<<"$out" || fail "--decode-merge split: message does not name the option: $out"
 # --values: an unknown distribution is refused by the parser, naming the option.
 out=$("$bench" k2 --values gaussian 2>&1) && fail "--values gaussian exited 0"
 grep -q -- "--values" <<<"$out" || fail "--values gaussian: message does not name the option: $out"
@@ -45,5 +48,8 @@ if nvidia-smi -L >/dev/null 2>&1; then
     || fail "--decode --num-splits 0,3 failed on a GPU: $out"
   [ "$(grep -c "PASS" <<<"$out")" -ge 2 ] || fail "--num-splits 0,3 did not check both counts: $out"
   grep -q "splits   3" <<<"$out" || fail "--num-splits 3 was not the row's split count: $out"
+  out=$("$bench" --decode --seqlen-k 1000 --num-splits 3 --decode-merge kernel --check --iters 3 2>/dev/null) \
+    || fail "--decode-merge kernel failed on a GPU: $out"
+  grep -q "PASS" <<<"$out" || fail "--decode-merge kernel did not check: $out"
 fi
 echo "cli ok"

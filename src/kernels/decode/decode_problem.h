@@ -51,7 +51,8 @@ struct DecodeProblem {
 
   // Splits of each sequence's keys, and (num_splits > 1) the fp32 partial results they write:
   // O (num_splits, batch, seqlen_q, heads_q, head_dim) normalized by its own row sum, and LSE
-  // (num_splits, batch, seqlen_q, heads_q), which the combine kernel merges.
+  // (num_splits, batch, seqlen_q, heads_q), which the merge (in the split grid or by the merge
+  // kernel: merge_in_grid) combines.
   int num_splits = 1;
   float* o_partial = nullptr;
   float* lse_partial = nullptr;

@@ -20,6 +20,10 @@
 // so that a batch-1 decode step's merge waits for one L2 round trip; parts past them follow
 // kUnroll at a time. Every read of a row's parts happens before its first write (a
 // __syncthreads between), so out may be one of the parts.
+//
+// Each kernel's work on one row is a device function (merge_row_by_warp, merge_row_by_cta) that
+// flash decode's split kernel also calls when it merges its splits inside its own grid
+// (decode_kernel.cuh: merge_splits_in_grid), so that both paths give the same bits.
 #pragma once
 
 #include <cuda_runtime.h>
