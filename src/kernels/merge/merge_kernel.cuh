@@ -23,7 +23,7 @@
 //
 // Each kernel's work on one row is a device function (merge_row_by_warp, merge_row_by_cta) that
 // flash decode's split kernel also calls when it merges its splits inside its own grid
-// (decode_kernel.cuh: merge_splits_in_grid), so that both paths give the same bits.
+// (decode_merge.cuh: merge_splits_in_grid), so that both paths give the same bits.
 #pragma once
 
 #include <cuda_runtime.h>
