@@ -234,8 +234,9 @@ Status quantize_fp8(const QuantizeFp8Args& args, cudaStream_t stream = nullptr);
 // row (b, i, h) attends to the first n_b keys of its sequence's cache, n_b = cache_seqlens[b] +
 // seqlen_new (the cached keys, then the appended ones, if any). The KV sequence is split across
 // CTAs (num_splits) and the partial results merged exactly: inside the split kernel after a
-// grid-wide barrier when the GPU holds all its CTAs at once (one cooperative launch per call; a
-// CUDA graph captures it as one kernel node), else by a second kernel; both give the same bits.
+// grid-wide barrier when the GPU holds all its CTAs at once and each output row has a warp or CTA
+// of its own (one cooperative launch per call; a CUDA graph captures it as one kernel node), else
+// by a second kernel; both give the same bits.
 // The query heads that share a KV head are rows of one tile, so every key is read from memory once.
 struct DecodeArgs {
   // (batch, seqlen_q, heads_q, head_dim), bf16 or fp16, head_dim 64, 128 or 256. Read only.
