@@ -8,7 +8,7 @@
 // the launch), nothing written outside the output's elements (padding stays poisoned), and rows
 // that see no key exactly O = 0, LSE = -inf. For e4m3 inputs the baseline is the FP8 yardstick
 // (reference::forward_row_fp8_baseline), and each row's error may exceed the tolerance by what
-// the FP8 tensor cores' truncated accumulation of Q K^T can do to it (check.cpp).
+// the FP8 tensor cores' truncated accumulation of Q K^T and P V can do to it (check.cpp).
 #pragma once
 
 #include <cmath>
@@ -140,9 +140,10 @@ struct CheckResult {
   double baseline_max_abs_err = 0;         // low-precision baseline vs fp64 reference
   double tolerance = 0;                    // 2 * baseline + atol
   double lse_max_abs_err = 0, lse_tolerance = 0;
-  // e4m3 inputs: the largest per-row O allowance for the FP8 tensor cores' accumulation of
-  // Q K^T (check.cpp, kFp8AccumulationEps), granted on top of the tolerance; 0 otherwise.
-  double fp8_allowance = 0;
+  // e4m3 inputs: the largest per-element O and per-row LSE allowances for the FP8 tensor cores'
+  // accumulation (check.cpp; the model in reference/fp8_accumulation.h), granted on top of the
+  // tolerance; 0 otherwise.
+  double fp8_allowance = 0, fp8_lse_allowance = 0;
   int64_t rows_checked = 0, rows_total = 0;
   int64_t unwritten = 0;          // O/LSE elements still NaN (or NaN produced)
   int64_t padding_clobbered = 0;  // elements written outside the output tensors' elements

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "reference/fp8_accumulation.h"
 #include "reference/reference.h"
 
 namespace hfa::reference {
@@ -439,6 +440,78 @@ TEST(ReferenceFp8, BaselineErrorIsThatOfE4m3P) {
     EXPECT_LT(err, 0.1);
     EXPECT_NEAR(lse_base, lse_ref, 1e-4);
   }
+}
+
+
+// The FP8 accumulation model (fp8_accumulation.h): its bound covers the model's own arithmetic, a
+// product at a time truncated toward zero, on the value distributions the checks use (products of
+// mixed sign, of one sign, with outlier channels, with one dominant channel; e4m3 inputs and any),
+// and is not vacuous where the errors are largest (one sign: within a small factor of them).
+TEST(ReferenceFp8, DotErrorBoundCoversTheModel) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> normal(0, 1);
+  std::uniform_real_distribution<double> uniform(0, 1);
+  for (const bool e4m3 : {true, false})
+  for (const int d : {64, 128, 256})
+    for (int dist = 0; dist < 4; ++dist) {
+      auto input = [e4m3](double x) { return e4m3 ? round_to_e4m3(x) : x; };
+      double sum_err = 0, sum_bound = 0;
+      for (int t = 0; t < 500; ++t) {
+        std::vector<double> a(d), b(d);
+        for (int c = 0; c < d; ++c) {
+          const double outlier = dist == 2 && c % 16 == 5 ? 12 : 1;
+          const double ramp = dist == 3 && c == 0 ? 10 * std::sqrt(d) : 0;
+          a[c] = input(dist == 1 ? uniform(rng) : normal(rng) * outlier + ramp);
+          b[c] = input(dist == 1 ? uniform(rng) : normal(rng) * outlier + ramp * uniform(rng));
+        }
+        double exact = 0;
+        for (int c = 0; c < d; ++c) exact += a[c] * b[c];
+        const double err = std::fabs(fp8_dot_emulated(a.data(), b.data(), d) - exact);
+        const double bound = fp8_dot_error_bound(a.data(), b.data(), d);
+        // The bound takes the exact partial sums, the emulation its own: 1e-3 for the difference.
+        ASSERT_LE(err, bound * (1 + 1e-3)) << "d " << d << " distribution " << dist << " e4m3 " << e4m3;
+        sum_err += err;
+        sum_bound += bound;
+      }
+      EXPECT_GT(sum_err, 0) << "d " << d << " distribution " << dist << ": the model loses nothing?";
+      // (e4m3 products have few bits, so many steps lose less than the model's worst case.)
+      if (dist == 1 && !e4m3) EXPECT_LT(sum_bound, 16 * sum_err) << "d " << d << ": one-sign products";
+    }
+}
+
+// P V in tiles of at most kFp8PvTileKeys keys, each into a fresh accumulator, at any alignment of the
+// tiles, with P rounded to e4m3 as the kernels do (after a common factor that puts its largest at
+// 256): the error against the exact sum of those rounded products stays within fp8_pv_error_bound.
+TEST(ReferenceFp8, PvErrorBoundCoversTiledAccumulation) {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> normal(0, 1);
+  std::uniform_real_distribution<double> uniform(0, 1);
+  const int keys = 1500;
+  for (const bool one_sign : {false, true})
+    for (int t = 0; t < 40; ++t) {
+      std::vector<double> p(keys), v(keys);
+      double l = 0, m = 0;
+      for (int j = 0; j < keys; ++j) m = std::max(m, p[j] = normal(rng) * 1.5);
+      for (int j = 0; j < keys; ++j) l += (p[j] = std::exp(p[j] - m));
+      for (int j = 0; j < keys; ++j) v[j] = round_to_e4m3(one_sign ? uniform(rng) : normal(rng));
+      std::vector<double> p_e4m3(keys);  // the kernels' P: exp2(s - max + 8), in e4m3
+      double exact = 0, sum_p_abs_v = 0;
+      for (int j = 0; j < keys; ++j) {
+        p_e4m3[j] = round_to_e4m3(p[j] * 256);
+        exact += p_e4m3[j] * v[j];
+        sum_p_abs_v += p[j] / l * std::fabs(v[j]);
+      }
+      const int first = static_cast<int>(rng() % kFp8PvTileKeys);  // the first tile's width
+      double tiled = 0;
+      for (int j0 = 0; j0 < keys;) {
+        const int width = std::min(keys - j0, j0 == 0 ? std::max(first, 1) : kFp8PvTileKeys);
+        tiled += fp8_dot_emulated(p_e4m3.data() + j0, v.data() + j0, width);
+        j0 += width;
+      }
+      const double err = std::fabs(tiled - exact) / (256 * l);  // in units of O
+      EXPECT_LE(err, fp8_pv_error_bound(sum_p_abs_v)) << "one sign " << one_sign << " trial " << t;
+      if (one_sign) EXPECT_GT(err, fp8_pv_error_bound(sum_p_abs_v) / 32) << "trial " << t;  // not vacuous
+    }
 }
 
 }  // namespace

@@ -75,6 +75,7 @@ Row run_config(const check::Config& config, const Options& options, uint64_t see
         row.check_pass = result.pass;
         row.max_abs_err = result.max_abs_err;
         row.rel_rms = result.rel_rms;
+        row.check_detail = result.summary();
         if (!result.pass) row.error = result.message;
       }
     }
@@ -212,6 +213,7 @@ bool write_json(const std::string& path, const RunInfo& info, const std::vector<
       std::snprintf(e, sizeof(e), ", \"max_abs_err\": %.3e, \"rel_rms\": %.3e", r.max_abs_err, r.rel_rms);
       f << e;
     }
+    if (!r.check_detail.empty()) f << ", \"check_detail\": " << json_string(r.check_detail);
     if (!r.error.empty()) f << ", \"error\": " << json_string(r.error);
     f << "}";
   }

@@ -36,6 +36,7 @@ struct Row {
                       // median over rounds of calls issued to an idle GPU
   std::optional<bool> check_pass;  // unset: not checked
   double max_abs_err = 0, rel_rms = 0;
+  std::string check_detail;  // the forward check's summary: errors, tolerances, FP8 allowances
   std::string error;  // set when the kernel did not run (unsupported, out of memory, ...)
 };
 
