@@ -28,7 +28,6 @@ import time
 
 LENGTHS = [1, 2, 17, 63, 64, 65, 127, 128, 129, 191, 200, 255, 256, 257, 500, 777, 1024, 1500,
            2049, 3000]
-FP8_VALUES = ["normal", "wide", "positive-v"]  # what the FP8 allowance covers (check.cpp)
 VALUES = ["normal"] * 4 + ["wide", "uniform", "outliers", "ramp", "positive-v"]
 
 
@@ -66,7 +65,7 @@ def forward(rng):
         shape(rng, args)
         if rng.random() < 0.3:
             args += ["--out-dtype", "fp16"]
-        return args + ["--values", rng.choice(FP8_VALUES), "--check-rows", "96"]
+        return args + ["--values", rng.choice(VALUES), "--check-rows", "96"]
     kernel = rng.choice(["auto", "auto", "k6", "fa2"])
     args = [kernel, "--dtype", rng.choice(["bf16", "fp16"])]
     if rng.random() < 0.15:
@@ -148,6 +147,8 @@ def self_test():
         assert any(needle in c for c in cmds), f"no problem with {what}"
     for flag in ("--window", "--softcap", "--sinks"):
         assert any("--decode" in c and flag in c for c in cmds), f"no decode problem with {flag}"
+    for values in ("uniform", "outliers", "ramp"):  # the FP8 check covers every distribution (session 54)
+        assert any("--dtype e4m3" in c and f"--values {values}" in c for c in cmds), f"no e4m3 problem on {values}"
     for flag in ("--window", "--softcap", "--sinks"):
         for mode in ("", "--bwd"):
             assert any(c.startswith("fa2 ") and flag in c and mode in c for c in cmds), f"no fa2 {mode} problem with {flag}"
