@@ -16,7 +16,11 @@ backward kernels, e.g. bwd_sm90,fa2, after the "auto" forward); TFLOPS = 2.5 x t
 FLOPs. With --step a training step: forward and backward through autograd, timed together (JSON
 kind "step"; --kernels names the backward kernel again, and "auto" is named "hfa"); TFLOPS = 3.5 x
 the forward's FLOPs. --deterministic runs
-hfa's backward in its deterministic mode (rows named <kernel>_deterministic).
+hfa's backward in its deterministic mode (rows named <kernel>_deterministic), and times each torch
+peer twice: as it runs by default (the issue's yardstick) and under
+torch.use_deterministic_algorithms(True) (rows named <peer>_deterministic; a peer that refuses to
+run deterministically says so in its row's error). hfa is imported only when --kernels names a
+kernel, so the peers can be timed where hfa's torch ops are not built.
 
 Timing: CUDA events around each call, L2 flushed before each, the GPU kept busy for ~1 ms before
 the start event so host launch overhead is not timed, median of --iters after --warmup;
@@ -41,9 +45,16 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import hfa
+hfa = None  # imported by main() when --kernels names an hfa kernel
+
+
+def import_hfa():
+    global hfa
+    import hfa as module
+    hfa = module
 
 PEERS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "torch_flash": SDPBackend.FLASH_ATTENTION}
+DETERMINISTIC = "_deterministic"  # a torch peer run under torch.use_deterministic_algorithms(True)
 FA3 = "fa3"  # FlashAttention-3's own Hopper forward, from the fa3_fwd wheel
 
 
@@ -159,13 +170,17 @@ def bench_config(c, impls, dtype, timer, kind="fwd", deterministic=False, softca
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA's (b, h, s, d) view of BSHD
     dout = torch.randn(shape, device="cuda", dtype=tdtype) if grads else None
     rows = []
+    # With a deterministic hfa backward, each torch peer also runs deterministically (impl
+    # "<peer>_deterministic"), beside its default run.
+    if deterministic and kind != "fwd":
+        impls = [x for impl in impls for x in ([impl, impl + DETERMINISTIC] if impl in PEERS else [impl])]
     for impl in impls:
         label = impl
-        if impl in PEERS:
+        if impl.removesuffix(DETERMINISTIC) in PEERS:
             def fwd(impl=impl):
                 if softcap:
                     raise NotImplementedError(f"{impl}: torch SDPA takes no softcap")
-                with sdpa_kernel(PEERS[impl]):
+                with sdpa_kernel(PEERS[impl.removesuffix(DETERMINISTIC)]):
                     return F.scaled_dot_product_attention(qt, kt, vt, is_causal=c["causal"]).transpose(1, 2)
         elif impl == FA3:
             def fwd():
@@ -181,6 +196,8 @@ def bench_config(c, impls, dtype, timer, kind="fwd", deterministic=False, softca
                     return hfa.attention(q, k, v, causal=c["causal"], kernel=impl, softcap=softcap)
                 return hfa.attention(q, k, v, causal=c["causal"], backward_kernel=impl,
                                      deterministic=deterministic)
+        was_deterministic = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(impl.endswith(DETERMINISTIC) and impl.removesuffix(DETERMINISTIC) in PEERS)
         try:
             if kind == "bwd":
                 out = fwd()  # untimed; its graph is kept for every timed backward
@@ -195,6 +212,8 @@ def bench_config(c, impls, dtype, timer, kind="fwd", deterministic=False, softca
         except (RuntimeError, ValueError, NotImplementedError) as e:  # cannot run this configuration
             rows.append(row(label, c, dtype, None, 0, error=str(e).splitlines()[0][:300], kind=kind,
                             softcap=softcap))
+        finally:
+            torch.use_deterministic_algorithms(was_deterministic)
     return rows
 
 
@@ -302,7 +321,8 @@ def main():
     ap.add_argument("--step", action="store_true",
                     help="time a training step: forward + backward through autograd")
     ap.add_argument("--deterministic", action="store_true",
-                    help="--bwd/--step: hfa's deterministic backward")
+                    help="--bwd/--step: hfa's deterministic backward, and each torch peer also under "
+                         "torch.use_deterministic_algorithms(True) (rows <peer>_deterministic)")
     ap.add_argument("--peers-first", action="store_true",
                     help="time the peers before the hfa kernels in each configuration (default: after). "
                          "Under a power cap the clock an implementation gets depends on what ran "
@@ -325,11 +345,13 @@ def main():
 
     kernels = [k for k in args.kernels.split(",") if k]
     peers = [p for p in args.peers.split(",") if p]
-    listed = hfa.list_kernels() if kind == "fwd" else hfa.list_backward_kernels()
-    known = {k["name"] for k in listed} | {"auto"}
-    for k in kernels:
-        if k not in known:
-            sys.exit(f"bench_peers: unknown hfa kernel {k!r}; available: {sorted(known)}")
+    if kernels:
+        import_hfa()
+        listed = hfa.list_kernels() if kind == "fwd" else hfa.list_backward_kernels()
+        known = {k["name"] for k in listed} | {"auto"}
+        for k in kernels:
+            if k not in known:
+                sys.exit(f"bench_peers: unknown hfa kernel {k!r}; available: {sorted(known)}")
     for p in peers:
         if p not in PEERS and p not in (FA3, "cublas_gemm"):
             sys.exit(f"bench_peers: unknown peer {p!r}; available: cudnn, torch_flash, fa3, cublas_gemm")
