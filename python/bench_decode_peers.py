@@ -26,15 +26,13 @@ import argparse
 import json
 import math
 import statistics
-import sys
-import types
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.modules.setdefault("hfa", types.ModuleType("hfa"))  # bench_peers imports the binding
-from bench_peers import add_timer_args, timer_from, write_run_json  # noqa: E402
+# (bench_peers imports hfa only when its --kernels name one: no binding needed here)
+from bench_peers import add_timer_args, timer_from, write_run_json
 
 
 def decode_sweep():
