@@ -25,8 +25,8 @@ namespace {
 // e4m3 inputs: Hopper's FP8 tensor cores do not accumulate in full fp32, and the yardstick does. Each
 // row may exceed the tolerance by what that accumulation can do to it under the model of
 // reference/fp8_accumulation.h (13 bits kept below each k-step's largest magnitude):
-//  - score j off by at most e_j = |scale| fp8_dot_error_bound(q_i, k_j) (softcap's tanh only
-//    shrinks it), so the LSE by at most max_j e_j;
+//  - score j off by up to e_j = |scale| fp8_dot_error_bound(q_i, k_j) (the model's mean error plus
+//    6 standard deviations; softcap's tanh only shrinks it), so the LSE by up to max_j e_j;
 //  - O_c by what those score errors do through the probabilities (the bound at the allowance's
 //    computation below), plus fp8_pv_error_bound(sum_j P_j |v_jc|) from the accumulation of P V.
 // Scores of one sign or with outlier channels get more (WORKLOG, K7 session 47: 2^-8 of sum |q k|
